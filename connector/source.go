@@ -1,0 +1,82 @@
+package connector
+
+import (
+	"context"
+	"time"
+)
+
+// Row is one row's current state as read from a source.
+type Row struct {
+	// ID is the row's id as UTF-8 text; it becomes the record key.
+	ID string
+	// UpdatedAt is the row's updated_at, microsecond precision, UTC.
+	UpdatedAt time.Time
+	// Deleted marks a soft-deleted row: it is published as a tombstone.
+	Deleted bool
+	// Value is the row encoded as a JSON object (nil when Deleted). The
+	// source owns the encoding (CONTRACT §4); the engine only digests it.
+	Value []byte
+}
+
+// PageRequest asks a source for the next page of a pass.
+type PageRequest struct {
+	// Since is the pass's inclusive lower bound on updated_at (W - margin).
+	// The zero time means no lower bound (minus infinity).
+	Since time.Time
+	// Cursor is the opaque cursor returned as Page.Next by the previous page
+	// of this pass, or "" for the first page. The engine never parses,
+	// builds or compares it.
+	Cursor string
+	// Limit is the maximum number of rows to return.
+	Limit int
+}
+
+// Page is one page of a pass.
+type Page struct {
+	// Rows in the source's total order (updated_at, id).
+	Rows []Row
+	// Next is the cursor of the page after this one. It is only meaningful
+	// when End is false.
+	Next string
+	// End is true when the source says this pass is complete: for a table,
+	// a page that returned no rows after the cursor (never "a short page");
+	// for an API, an explicit end-of-list signal.
+	End bool
+}
+
+// Source is an upstream delta feed. Implementations live in sub-packages.
+type Source interface {
+	// Page returns the next page of a pass. Rows must be strictly after the
+	// request's cursor in the source's total order, and not before Since.
+	Page(ctx context.Context, req PageRequest) (Page, error)
+}
+
+// Horizon is a sample of the upstream's clock and its oldest open writer.
+type Horizon struct {
+	// Now is the upstream's clock when the sample was taken.
+	Now time.Time
+	// OldestWriter is the start time of the oldest transaction that is still
+	// running and holds a transaction id; zero when there is none.
+	OldestWriter time.Time
+}
+
+// Horizoner is implemented by sources that can report their oldest open
+// writer, for horizon mode (CONTRACT §3). Discovered by type assertion.
+type Horizoner interface {
+	Horizon(ctx context.Context) (Horizon, error)
+}
+
+// SnapshotSource is a Source bound to one consistent view of the upstream.
+type SnapshotSource interface {
+	Source
+	// Start is the upstream's clock when the view was taken.
+	Start() time.Time
+	// Close releases the view.
+	Close(ctx context.Context) error
+}
+
+// Snapshotter is implemented by sources that can serve a consistent initial
+// load from one fixed view (CONTRACT §3, consistent mode).
+type Snapshotter interface {
+	Snapshot(ctx context.Context) (SnapshotSource, error)
+}

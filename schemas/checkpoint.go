@@ -1,0 +1,137 @@
+package schemas
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// CheckpointVersion is the checkpoint format this build writes and the only
+// one it reads.
+const CheckpointVersion = 1
+
+// Phases of a checkpoint.
+const (
+	// PhaseIdle: no pass is open; the next pass starts at Watermark - margin.
+	PhaseIdle = "idle"
+	// PhasePass: a pass is open; resume it at Cursor with the same PassLow.
+	PhasePass = "pass"
+	// PhaseSnapshot: a consistent initial load was interrupted. A snapshot
+	// cannot outlive its process, so the load restarts from scratch.
+	PhaseSnapshot = "snapshot"
+)
+
+// Checkpoint is the position tidemark has committed, written to the offsets
+// topic (key = connector name) in the same Kafka transaction as the records it
+// covers. See checkpoint.schema.json.
+type Checkpoint struct {
+	Version   int    `json:"version"`
+	Connector string `json:"connector"`
+	// Fingerprint is a digest of the configuration that defines the data set
+	// and the record format; Fields lists its inputs so a mismatch can name
+	// what changed. No secret is ever part of either.
+	Fingerprint       string            `json:"fingerprint"`
+	FingerprintFields map[string]string `json:"fingerprint_fields"`
+
+	Phase string `json:"phase"`
+	// Watermark (W) is the highest updated_at fully covered by a finished
+	// pass, "" meaning minus infinity (nothing read yet).
+	Watermark string `json:"watermark"`
+	// PassLow is the inclusive lower bound of the open pass ("" = none).
+	PassLow string `json:"pass_low"`
+	// PassMax is the largest updated_at committed so far in the open pass.
+	PassMax string `json:"pass_max"`
+	// Cursor is the source's opaque cursor of the first page not yet
+	// committed ("" = the first page of the pass).
+	Cursor string `json:"cursor"`
+	// Boundary is the dedupe set B: rows near the watermark and the digest of
+	// the value last published for them.
+	Boundary []BoundaryEntry `json:"boundary"`
+
+	RunID    string   `json:"run_id"`
+	Seq      int64    `json:"seq"`
+	Counters Counters `json:"counters"`
+	// CommittedAt is the wall-clock time the transaction was committed.
+	CommittedAt string `json:"committed_at"`
+	// NeedsDecision, when set, says why the connector stopped for an operator
+	// decision; the connector refuses to run until a reset clears it.
+	NeedsDecision string `json:"needs_decision,omitempty"`
+}
+
+// BoundaryEntry is one member of the dedupe set: id, updated_at in
+// microseconds since the Unix epoch, and the 16-hex-digit value digest. It is
+// encoded as a three-element JSON array to keep checkpoints small.
+type BoundaryEntry struct {
+	ID        string
+	UpdatedAt int64
+	Digest    uint64
+}
+
+// MarshalJSON encodes the entry as [id, micros, "digest"].
+func (e BoundaryEntry) MarshalJSON() ([]byte, error) {
+	b := make([]byte, 0, len(e.ID)+48)
+	b = append(b, '[')
+	idb, err := json.Marshal(e.ID)
+	if err != nil {
+		return nil, err
+	}
+	b = append(b, idb...)
+	b = fmt.Appendf(b, ",%d,\"%016x\"]", e.UpdatedAt, e.Digest)
+	return b, nil
+}
+
+// UnmarshalJSON decodes [id, micros, "digest"].
+func (e *BoundaryEntry) UnmarshalJSON(b []byte) error {
+	var raw [3]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return fmt.Errorf("boundary entry: want [id, micros, digest]: %w", err)
+	}
+	if err := json.Unmarshal(raw[0], &e.ID); err != nil {
+		return fmt.Errorf("boundary entry id: %w", err)
+	}
+	if err := json.Unmarshal(raw[1], &e.UpdatedAt); err != nil {
+		return fmt.Errorf("boundary entry updated_at: %w", err)
+	}
+	var d string
+	if err := json.Unmarshal(raw[2], &d); err != nil {
+		return fmt.Errorf("boundary entry digest: %w", err)
+	}
+	if _, err := fmt.Sscanf(d, "%016x", &e.Digest); err != nil || len(d) != 16 {
+		return fmt.Errorf("boundary entry digest %q: want 16 hex digits", d)
+	}
+	return nil
+}
+
+// Counters are cumulative over the connector's life (they survive restarts
+// through the checkpoint).
+type Counters struct {
+	// Raw rows read from the source (including re-reads).
+	Raw int64 `json:"raw"`
+	// Published records (upserts and tombstones).
+	Published int64 `json:"published"`
+	// Deduped re-read rows skipped because B held the same digest.
+	Deduped int64 `json:"deduped"`
+	// Tombstones published (part of Published).
+	Tombstones int64 `json:"tombstones"`
+	// DedupeOverflow counts rows that could not enter B because it was full;
+	// a re-read of such a row is published again (never lost).
+	DedupeOverflow int64 `json:"dedupe_overflow"`
+	// Transactions and Pages committed; Passes finished.
+	Transactions int64 `json:"transactions"`
+	Pages        int64 `json:"pages"`
+	Passes       int64 `json:"passes"`
+}
+
+// EncodeCheckpoint encodes c as JSON.
+func EncodeCheckpoint(c *Checkpoint) ([]byte, error) { return json.Marshal(c) }
+
+// DecodeCheckpoint decodes and checks the version.
+func DecodeCheckpoint(b []byte) (*Checkpoint, error) {
+	var c Checkpoint
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("decode checkpoint: %w", err)
+	}
+	if c.Version != CheckpointVersion {
+		return nil, fmt.Errorf("checkpoint format version %d is not supported by this build (it reads version %d); run the tidemark release that wrote it, or reset", c.Version, CheckpointVersion)
+	}
+	return &c, nil
+}

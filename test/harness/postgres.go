@@ -1,0 +1,257 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Postgres is a running PostgreSQL server.
+type Postgres struct {
+	// URL connects as a superuser to the server's default database.
+	URL string
+
+	dir  string // data dir of a throwaway cluster ("" when external)
+	bin  string
+	cred *syscall.Credential
+}
+
+var (
+	pgOnce   sync.Once
+	pgShared *Postgres
+	pgErr    error
+)
+
+// Main runs a package's tests and stops the shared PostgreSQL afterwards.
+// Use it from TestMain: func TestMain(m *testing.M) { harness.Main(m) }.
+func Main(m *testing.M) {
+	code := m.Run()
+	if pgShared != nil {
+		pgShared.Stop()
+	}
+	os.Exit(code)
+}
+
+// PG returns the package's shared PostgreSQL, starting it on first use. It
+// skips the test when no PostgreSQL is available, except under CI=true,
+// where that is a failure.
+func PG(t testing.TB) *Postgres {
+	t.Helper()
+	pgOnce.Do(func() { pgShared, pgErr = startPostgres() })
+	if pgErr != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("PostgreSQL is required under CI=true: %v", pgErr)
+		}
+		t.Skipf("no PostgreSQL available (set DATABASE_URL or install the server binaries): %v", pgErr)
+	}
+	return pgShared
+}
+
+// StartPostgres starts a dedicated throwaway cluster (not the shared one),
+// for tests that restart or kill the server. It is stopped at cleanup.
+func StartPostgres(t testing.TB) *Postgres {
+	t.Helper()
+	p, err := startCluster()
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("PostgreSQL is required under CI=true: %v", err)
+		}
+		t.Skipf("cannot start a PostgreSQL cluster: %v", err)
+	}
+	t.Cleanup(p.Stop)
+	return p
+}
+
+func startPostgres() (*Postgres, error) {
+	if u := os.Getenv("DATABASE_URL"); u != "" {
+		return &Postgres{URL: u}, nil
+	}
+	return startCluster()
+}
+
+func pgBinDir() (string, error) {
+	out, err := exec.Command("pg_config", "--bindir").Output()
+	if err == nil {
+		dir := strings.TrimSpace(string(out))
+		if _, err := os.Stat(filepath.Join(dir, "initdb")); err == nil {
+			return dir, nil
+		}
+	}
+	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+	if len(matches) > 0 {
+		return filepath.Dir(matches[len(matches)-1]), nil
+	}
+	return "", fmt.Errorf("initdb not found (pg_config --bindir, /usr/lib/postgresql/*/bin)")
+}
+
+// startCluster initdb's a cluster in a temp dir and starts it on a free
+// loopback port. As root it runs the server as the postgres OS user, since
+// PostgreSQL refuses to run as root.
+func startCluster() (*Postgres, error) {
+	bin, err := pgBinDir()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "tidemark-pg-")
+	if err != nil {
+		return nil, err
+	}
+	p := &Postgres{dir: dir, bin: bin}
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			return nil, fmt.Errorf("running as root needs the postgres OS user: %w", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		p.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		if err := os.Chown(dir, uid, gid); err != nil {
+			return nil, err
+		}
+		_ = os.Chmod(dir, 0o700)
+	}
+	data := filepath.Join(dir, "data")
+	if out, err := p.cmd("initdb", "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync").CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("initdb: %v: %s", err, out)
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 -c shared_buffers=256MB", port, dir)
+	if out, err := p.cmd("pg_ctl", "-D", data, "-o", opts, "-l", filepath.Join(dir, "log"), "-w", "-t", "60", "start").CombinedOutput(); err != nil {
+		log, _ := os.ReadFile(filepath.Join(dir, "log"))
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("pg_ctl start: %v: %s\n%s", err, out, log)
+	}
+	p.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	return p, nil
+}
+
+func (p *Postgres) cmd(name string, args ...string) *exec.Cmd {
+	c := exec.Command(filepath.Join(p.bin, name), args...)
+	c.Dir = p.dir
+	if p.cred != nil {
+		c.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred}
+	}
+	return c
+}
+
+// Restart stops the server (fast shutdown: open connections are dropped)
+// and starts it again on the same port. Only for dedicated clusters.
+func (p *Postgres) Restart(t testing.TB) {
+	t.Helper()
+	if p.dir == "" {
+		t.Fatal("Restart needs a throwaway cluster (StartPostgres)")
+	}
+	data := filepath.Join(p.dir, "data")
+	if out, err := p.cmd("pg_ctl", "-D", data, "-m", "fast", "-w", "restart").CombinedOutput(); err != nil {
+		t.Fatalf("pg_ctl restart: %v: %s", err, out)
+	}
+}
+
+// Stop stops a throwaway cluster and removes its directory.
+func (p *Postgres) Stop() {
+	if p.dir == "" {
+		return
+	}
+	_ = p.cmd("pg_ctl", "-D", filepath.Join(p.dir, "data"), "-m", "immediate", "-w", "stop").Run()
+	os.RemoveAll(p.dir)
+	p.dir = ""
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+var nonIdent = regexp.MustCompile(`[^a-z0-9_]+`)
+
+// DB is a per-test database handle: a schema of its own on the shared
+// server, dropped at cleanup.
+type DB struct {
+	Pool   *pgxpool.Pool
+	Schema string
+	// URL connects with search_path set to Schema.
+	URL string
+}
+
+// NewDB creates a schema named after the test and returns a pool whose
+// search_path is that schema.
+func NewDB(t testing.TB) *DB {
+	t.Helper()
+	return NewDBOn(t, PG(t))
+}
+
+// NewDBOn is NewDB on a given server.
+func NewDBOn(t testing.TB, pg *Postgres) *DB {
+	t.Helper()
+	ctx := context.Background()
+	name := strings.ToLower(t.Name())
+	name = nonIdent.ReplaceAllString(name, "_")
+	if len(name) > 40 {
+		name = name[len(name)-40:]
+	}
+	name = fmt.Sprintf("t_%s_%d", strings.Trim(name, "_"), time.Now().UnixNano()%1e6)
+	admin, err := pgx.Connect(ctx, pg.URL)
+	if err != nil {
+		t.Fatalf("connect %s: %v", redact(pg.URL), err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("create schema: %v", err)
+	}
+	url := withSearchPath(pg.URL, name)
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatalf("pool: %v", err)
+	}
+	t.Cleanup(func() {
+		pool.Close()
+		c, err := pgx.Connect(context.Background(), pg.URL)
+		if err == nil {
+			_, _ = c.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{name}.Sanitize()+" CASCADE")
+			c.Close(context.Background())
+		}
+	})
+	return &DB{Pool: pool, Schema: name, URL: url}
+}
+
+func withSearchPath(url, schema string) string {
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	return url + sep + "search_path=" + schema
+}
+
+func redact(url string) string {
+	return regexp.MustCompile(`(://[^:/@]+:)[^@]*@`).ReplaceAllString(url, "${1}REDACTED@")
+}
+
+// Exec runs SQL on the test's schema and fails the test on error.
+func (d *DB) Exec(t testing.TB, sql string, args ...any) {
+	t.Helper()
+	if _, err := d.Pool.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("exec %q: %v", sql, err)
+	}
+}
