@@ -15,6 +15,9 @@ type Row struct {
 	Deleted bool
 	// Value is the row encoded as a JSON object (nil when Deleted). The
 	// source owns the encoding (CONTRACT §4); the engine only digests it.
+	// Ownership passes to the caller: the engine hands Value to the producer,
+	// which holds it until the transaction commits, so a source must never
+	// reuse that memory for a later page.
 	Value []byte
 }
 

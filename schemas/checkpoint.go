@@ -40,6 +40,10 @@ type Checkpoint struct {
 	PassLow string `json:"pass_low"`
 	// PassMax is the largest updated_at committed so far in the open pass.
 	PassMax string `json:"pass_max"`
+	// PassHorizon (horizon mode only) caps the watermark this pass may reach:
+	// the earlier of the upstream clock and the start of the oldest open
+	// writer, sampled when the pass began ("" = no cap).
+	PassHorizon string `json:"pass_horizon"`
 	// Cursor is the source's opaque cursor of the first page not yet
 	// committed ("" = the first page of the pass).
 	Cursor string `json:"cursor"`
