@@ -1,0 +1,176 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Check runs the full preflight (CONTRACT §2) without needing a working
+// Source: it connects, inspects the table, and when the table is usable
+// also checks the filter and the index. The error is for connection or
+// I/O failures (and invalid configuration, wrapping ErrBadConfig); unmet
+// requirements are findings, and Report.Err turns Fail findings into an
+// ErrBadConfig error.
+func Check(ctx context.Context, cfg Config) (Report, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return Report{}, err
+	}
+	pool, err := connect(ctx, cfg)
+	if err != nil {
+		return Report{}, err
+	}
+	defer pool.Close()
+	return check(ctx, pool, cfg)
+}
+
+// Check runs the full preflight on the source's own connection pool; see
+// the package-level Check.
+func (s *Source) Check(ctx context.Context) (Report, error) {
+	return check(ctx, s.pool, s.cfg)
+}
+
+func check(ctx context.Context, pool *pgxpool.Pool, cfg Config) (Report, error) {
+	t, rep, err := inspect(ctx, pool, cfg)
+	if err != nil || t == nil {
+		return rep, err
+	}
+	err = checkIndex(ctx, pool, cfg, t, buildQueries(cfg, t), &rep)
+	return rep, err
+}
+
+// explainParams are realistic parameters for the steady-state next-page
+// query: a cursor just behind the present, a typical page size.
+func explainParams(t *table) []any {
+	return []any{time.Now().Add(-10 * time.Second), t.idKind.zero(), 1000}
+}
+
+// checkIndex decides whether an index serves ORDER BY updated_at, id for
+// the real next-page query (with the filter).
+//
+// Reading the planner's choice alone is not robust: on a small or
+// unanalysed table PostgreSQL rightly prefers a Seq Scan and a Sort even
+// when the index exists, and that choice flips as the table grows. So the
+// query is explained twice inside a read-only transaction:
+//
+//  1. with enable_seqscan and enable_sort off (SET LOCAL). These settings
+//     only penalise a plan; if no index can deliver the order, the plan
+//     still contains a Sort. A Sort here means no usable index: Warn with
+//     the CREATE INDEX to run.
+//  2. with the normal settings. If the planner still chooses a Sort over a
+//     Seq Scan although an index exists, that matters only on a big table
+//     (statistics are stale or the filter defeats the index): Warn with
+//     ANALYZE advice above 10,000 estimated rows, else OK.
+//
+// A filter that PostgreSQL rejects is a Fail finding.
+func checkIndex(ctx context.Context, pool *pgxpool.Pool, cfg Config, t *table, q queries, rep *Report) error {
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("check index: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+
+	args := explainParams(t)
+	natural, err := explain(ctx, tx, q.next, args)
+	if err != nil {
+		if isSQLError(err) && ctx.Err() == nil {
+			rep.fail("filter", "the page query for %s is rejected by PostgreSQL (check filter and columns): %v", t.ident, err)
+			return nil
+		}
+		return fmt.Errorf("check index: %w", err)
+	}
+	if cfg.Filter != "" {
+		rep.ok("filter", "filter (%s) is valid SQL", cfg.Filter)
+	}
+	for _, set := range []string{"SET LOCAL enable_seqscan = off", "SET LOCAL enable_sort = off"} {
+		if _, err := tx.Exec(ctx, set); err != nil {
+			return fmt.Errorf("check index: %s: %w", set, err)
+		}
+	}
+	forced, err := explain(ctx, tx, q.next, args)
+	if err != nil {
+		return fmt.Errorf("check index: %w", err)
+	}
+	cols := quote(t.updatedAt.name) + ", " + quote(t.id.name)
+	if forced.has("Sort") {
+		concurrently := "CONCURRENTLY "
+		if t.relkind == 'p' {
+			concurrently = "" // not supported on a partitioned parent
+		}
+		rep.warn("index", "no index serves ORDER BY %s on %s: every page would sort the table (EXPLAIN shows a Sort). Run: CREATE INDEX %sON %s (%s);",
+			cols, t.ident, concurrently, t.ident, cols)
+		return nil
+	}
+	if natural.sortOverSeqScan() && t.reltuples >= 10000 {
+		rep.warn("index", "an index can serve ORDER BY %s on %s, but the planner chose a Sort over a Seq Scan for the page query (about %.0f rows): run ANALYZE %s, and check that the filter does not defeat the index",
+			cols, t.ident, t.reltuples, t.ident)
+		return nil
+	}
+	rep.ok("index", "index %s serves ORDER BY %s", forced.indexName(), cols)
+	return nil
+}
+
+// planNode is the part of EXPLAIN (FORMAT JSON) output the check reads.
+type planNode struct {
+	NodeType  string     `json:"Node Type"`
+	IndexName string     `json:"Index Name"`
+	Plans     []planNode `json:"Plans"`
+}
+
+func explain(ctx context.Context, tx pgx.Tx, sql string, args []any) (planNode, error) {
+	var raw []byte
+	if err := tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+sql, args...).Scan(&raw); err != nil {
+		return planNode{}, err
+	}
+	var out []struct {
+		Plan planNode `json:"Plan"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil || len(out) == 0 {
+		return planNode{}, fmt.Errorf("unexpected EXPLAIN output %.200s: %v", raw, err)
+	}
+	return out[0].Plan, nil
+}
+
+// has reports whether the plan contains a node of the given type.
+func (n planNode) has(nodeType string) bool {
+	if n.NodeType == nodeType {
+		return true
+	}
+	for _, c := range n.Plans {
+		if c.has(nodeType) {
+			return true
+		}
+	}
+	return false
+}
+
+// sortOverSeqScan reports a Sort node with a Seq Scan beneath it.
+func (n planNode) sortOverSeqScan() bool {
+	if n.NodeType == "Sort" && n.has("Seq Scan") {
+		return true
+	}
+	for _, c := range n.Plans {
+		if c.sortOverSeqScan() {
+			return true
+		}
+	}
+	return false
+}
+
+// indexName is the first index the plan scans, quoted, or "(unnamed)".
+func (n planNode) indexName() string {
+	if n.IndexName != "" {
+		return quote(n.IndexName)
+	}
+	for _, c := range n.Plans {
+		if s := c.indexName(); s != "(unnamed)" {
+			return s
+		}
+	}
+	return "(unnamed)"
+}

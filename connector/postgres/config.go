@@ -1,0 +1,110 @@
+package postgres
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// ErrBadConfig marks errors caused by the configuration or by a source table
+// that does not meet the requirements (CONTRACT §2): retrying cannot help,
+// an operator must change something. cmd maps it to exit code 2.
+var ErrBadConfig = errors.New("bad PostgreSQL source configuration")
+
+// Config configures a PostgreSQL table source.
+//
+// Schema, Table and the column names are identifiers: they are always quoted
+// (pgx.Identifier.Sanitize) and never interpreted as SQL. Filter is the only
+// configuration text that is ever spliced into SQL.
+type Config struct {
+	// DSN is a libpq connection string, URL ("postgres://...") or keyword
+	// ("host=... dbname=...") form, parsed by pgxpool.ParseConfig. Pool
+	// settings such as pool_max_conns are honoured. Required.
+	DSN string
+	// Password, when non-empty, replaces any password in DSN. It is never
+	// printed. Default: "" (use the DSN's password, PGPASSWORD or .pgpass).
+	Password string
+	// Schema of the table. Default: "public".
+	Schema string
+	// Table to stream. Required.
+	Table string
+	// IDColumn is the row id: unique, NOT NULL, of type bigint, integer,
+	// smallint, text, varchar or uuid. Its text form is the Kafka record key.
+	// Default: "id".
+	IDColumn string
+	// UpdatedAtColumn is the change timestamp: timestamptz NOT NULL, set on
+	// every write. Default: "updated_at".
+	UpdatedAtColumn string
+	// DeletedAtColumn, when set, marks soft deletes: a row whose value in this
+	// column is not NULL is published as a tombstone. Should be timestamptz.
+	// Default: "" (no soft deletes).
+	DeletedAtColumn string
+	// Columns are the columns encoded into each record's value, in this
+	// order. Default: nil, meaning every column of the table in ordinal
+	// order.
+	Columns []string
+	// Filter is an optional SQL boolean expression over the table's columns,
+	// written by the operator, spliced verbatim into every page query as
+	// "AND (<Filter>)". It is the ONLY configuration text that is ever placed
+	// into SQL as text: treat it like code, never fill it from untrusted
+	// input. Rows it excludes are never read (and so never tombstoned by a
+	// filter change). Default: "" (all rows).
+	Filter string
+}
+
+// withDefaults returns c with the documented defaults filled in.
+func (c Config) withDefaults() Config {
+	if c.Schema == "" {
+		c.Schema = "public"
+	}
+	if c.IDColumn == "" {
+		c.IDColumn = "id"
+	}
+	if c.UpdatedAtColumn == "" {
+		c.UpdatedAtColumn = "updated_at"
+	}
+	return c
+}
+
+// Validate reports every problem with c at once. Defaults are applied
+// first, so empty optional fields are fine. The returned error wraps
+// ErrBadConfig.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if strings.TrimSpace(c.DSN) == "" {
+		errs = append(errs, errors.New("dsn is required"))
+	}
+	if c.Table == "" {
+		errs = append(errs, errors.New("table is required"))
+	}
+	if c.IDColumn == c.UpdatedAtColumn {
+		errs = append(errs, fmt.Errorf("id column and updated_at column are both %q; they must differ", c.IDColumn))
+	}
+	if c.DeletedAtColumn != "" && (c.DeletedAtColumn == c.IDColumn || c.DeletedAtColumn == c.UpdatedAtColumn) {
+		errs = append(errs, fmt.Errorf("deleted_at column %q must differ from the id and updated_at columns", c.DeletedAtColumn))
+	}
+	seen := make(map[string]bool, len(c.Columns))
+	for _, col := range c.Columns {
+		if col == "" {
+			errs = append(errs, errors.New("columns: empty column name"))
+			continue
+		}
+		if seen[col] {
+			errs = append(errs, fmt.Errorf("columns: %q listed twice", col))
+		}
+		seen[col] = true
+	}
+	for _, f := range [...]struct{ name, v string }{
+		{"schema", c.Schema}, {"table", c.Table}, {"id column", c.IDColumn},
+		{"updated_at column", c.UpdatedAtColumn}, {"deleted_at column", c.DeletedAtColumn},
+	} {
+		if strings.IndexByte(f.v, 0) >= 0 {
+			errs = append(errs, fmt.Errorf("%s contains a NUL byte", f.name))
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrBadConfig, errors.Join(errs...))
+}

@@ -1,0 +1,292 @@
+package postgres
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tidemark/tidemark/connector"
+	"github.com/tidemark/tidemark/schemas"
+)
+
+var (
+	_ connector.Source      = (*Source)(nil)
+	_ connector.Horizoner   = (*Source)(nil)
+	_ connector.Snapshotter = (*Source)(nil)
+)
+
+// Source reads one PostgreSQL table as a delta feed in (updated_at, id)
+// order. It is safe for concurrent use; each Page call uses one pooled
+// connection.
+type Source struct {
+	cfg  Config
+	pool *pgxpool.Pool
+	tbl  *table
+	q    queries
+}
+
+// queries are the three page statements, built once from quoted
+// identifiers and the operator filter.
+type queries struct {
+	all   string // first page, no lower bound: $1 limit
+	since string // first page: $1 since, $2 limit
+	next  string // later pages: $1 updated_at, $2 id text, $3 limit
+	// formats requests updated_at in binary (8-byte microseconds, no
+	// parsing) and everything else as text, which is what the value
+	// encoder converts.
+	formats pgx.QueryResultFormats
+	// prefix is the number of leading key columns before the value
+	// columns: updated_at, id and, with deleted_at, a deleted flag.
+	prefix int
+}
+
+func buildQueries(cfg Config, t *table) queries {
+	ua, id := quote(t.updatedAt.name), quote(t.id.name)
+	var sel strings.Builder
+	sel.WriteString("SELECT ")
+	sel.WriteString(ua + ", " + id)
+	prefix := 2
+	if t.deletedAt != nil {
+		sel.WriteString(", (" + quote(t.deletedAt.name) + " IS NOT NULL)")
+		prefix++
+	}
+	for _, c := range t.value {
+		sel.WriteString(", ")
+		sel.WriteString(quote(c.name))
+	}
+	sel.WriteString(" FROM " + t.ident)
+	head := sel.String()
+	filter := ""
+	if cfg.Filter != "" {
+		filter = " AND (" + cfg.Filter + ")"
+	}
+	order := " ORDER BY " + ua + ", " + id + " LIMIT "
+	formats := make(pgx.QueryResultFormats, prefix+len(t.value))
+	formats[0] = pgx.BinaryFormatCode
+	// The id cast target comes from the idKind whitelist, never from text
+	// in the configuration. The cursor's id is compared with the id
+	// column's own collation (a parameter has the default collation, which
+	// yields to the column's), the same ordering as ORDER BY.
+	return queries{
+		all:     head + " WHERE true" + filter + order + "$1",
+		since:   head + " WHERE " + ua + " >= $1" + filter + order + "$2",
+		next:    head + " WHERE (" + ua + ", " + id + ") > ($1, $2::text::" + t.idKind.sqlType() + ")" + filter + order + "$3",
+		formats: formats,
+		prefix:  prefix,
+	}
+}
+
+// New connects, checks the table against CONTRACT §2 and prepares the page
+// queries. A table that does not meet the requirements, or a filter or
+// column list PostgreSQL rejects, is an error wrapping ErrBadConfig; run
+// Check for the full report including warnings.
+func New(ctx context.Context, cfg Config) (*Source, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	pool, err := connect(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	s, err := newSource(ctx, cfg, pool)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func newSource(ctx context.Context, cfg Config, pool *pgxpool.Pool) (*Source, error) {
+	tbl, rep, err := inspect(ctx, pool, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := rep.Err(); err != nil {
+		return nil, err
+	}
+	s := &Source{cfg: cfg, pool: pool, tbl: tbl, q: buildQueries(cfg, tbl)}
+	if err := s.prepare(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// prepare parses each page statement once so that a bad filter or column
+// fails at startup, not at the first page. pgx caches the statements per
+// connection on use.
+func (s *Source) prepare(ctx context.Context) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Release()
+	for _, sql := range []string{s.q.all, s.q.since, s.q.next} {
+		if _, err := conn.Conn().Prepare(ctx, "", sql); err != nil {
+			if ctx.Err() == nil && isSQLError(err) {
+				return fmt.Errorf("%w: the page query for %s is rejected by PostgreSQL (check filter and columns): %w", ErrBadConfig, s.tbl.ident, err)
+			}
+			return fmt.Errorf("prepare page query: %w", err)
+		}
+	}
+	return nil
+}
+
+// connect parses the DSN, pins the session settings the encoder relies on
+// and checks that the server answers.
+func connect(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(cfg.DSN)
+	if err != nil {
+		// pgconn's ParseConfigError redacts the password.
+		return nil, fmt.Errorf("%w: dsn: %w", ErrBadConfig, err)
+	}
+	if cfg.Password != "" {
+		pc.ConnConfig.Password = cfg.Password
+	}
+	rp := pc.ConnConfig.RuntimeParams
+	// The value encoding (CONTRACT §4) depends on these: timestamps print in
+	// UTC and ISO order, floats print shortest-exact, bytea prints hex.
+	rp["TimeZone"] = "UTC"
+	rp["DateStyle"] = "ISO, YMD"
+	rp["IntervalStyle"] = "iso_8601"
+	rp["bytea_output"] = "hex"
+	rp["extra_float_digits"] = "1"
+	rp["client_encoding"] = "UTF8"
+	if rp["application_name"] == "" {
+		rp["application_name"] = "tidemark"
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", pc.ConnConfig.Host, err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to %s: %w", pc.ConnConfig.Host, err)
+	}
+	return pool, nil
+}
+
+// Close closes the connection pool.
+func (s *Source) Close() { s.pool.Close() }
+
+// Page returns up to req.Limit rows after req.Cursor (or, for the first
+// page of a pass, from req.Since inclusive) in (updated_at, id) order, by a
+// keyset seek: never OFFSET. End is true only for a page with no rows.
+func (s *Source) Page(ctx context.Context, req connector.PageRequest) (connector.Page, error) {
+	return s.page(ctx, s.pool, req)
+}
+
+func (s *Source) page(ctx context.Context, q querier, req connector.PageRequest) (connector.Page, error) {
+	if req.Limit <= 0 {
+		return connector.Page{}, fmt.Errorf("page limit %d: must be positive", req.Limit)
+	}
+	var (
+		rows pgx.Rows
+		err  error
+	)
+	switch {
+	case req.Cursor != "":
+		k, derr := decodeCursor(req.Cursor, s.tbl.idKind)
+		if derr != nil {
+			return connector.Page{}, derr
+		}
+		rows, err = q.Query(ctx, s.q.next, s.q.formats, k.time(), k.id, req.Limit)
+	case req.Since.IsZero():
+		rows, err = q.Query(ctx, s.q.all, s.q.formats, req.Limit)
+	default:
+		rows, err = q.Query(ctx, s.q.since, s.q.formats, req.Since, req.Limit)
+	}
+	if err != nil {
+		return connector.Page{}, fmt.Errorf("read %s after cursor %q: %w", s.tbl.ident, req.Cursor, err)
+	}
+	defer rows.Close()
+	out, err := s.readRows(rows, req.Limit)
+	if err != nil {
+		return connector.Page{}, fmt.Errorf("read %s after cursor %q: %w", s.tbl.ident, req.Cursor, err)
+	}
+	if len(out) == 0 {
+		return connector.Page{Next: req.Cursor, End: true}, nil
+	}
+	last := out[len(out)-1]
+	return connector.Page{Rows: out, Next: key{micros: last.UpdatedAt.UnixMicro(), id: last.ID}.cursor()}, nil
+}
+
+// pgEpochMicros is 2000-01-01 UTC, PostgreSQL's timestamp epoch, in Unix
+// microseconds.
+const pgEpochMicros = 946684800000000
+
+// readRows decodes a page. Values and ids of all rows share two buffers
+// (one allocation each per page, plus growth); rows slice them.
+func (s *Source) readRows(rows pgx.Rows, limit int) ([]connector.Row, error) {
+	out := make([]connector.Row, 0, min(limit, 4096))
+	enc := rowEncoder{cols: s.tbl.value}
+	var (
+		vals  []byte
+		ids   []byte
+		vEnds []int // end offset of each row's value in vals; -1 when deleted
+		iEnds []int // end offset of each row's id in ids
+	)
+	prefix := s.q.prefix
+	for rows.Next() {
+		raw := rows.RawValues()
+		if len(raw) != prefix+len(s.tbl.value) {
+			return nil, fmt.Errorf("got %d columns, want %d (did the table change? restart to re-read it)", len(raw), prefix+len(s.tbl.value))
+		}
+		idv := raw[1]
+		if idv == nil {
+			return nil, fmt.Errorf("a row has a NULL id %s", quote(s.tbl.id.name))
+		}
+		ua := raw[0]
+		if ua == nil {
+			return nil, fmt.Errorf("row id %q has a NULL %s; such rows would be skipped forever: backfill it and make the column NOT NULL", idv, quote(s.tbl.updatedAt.name))
+		}
+		if len(ua) != 8 {
+			return nil, fmt.Errorf("row id %q: %s is %d bytes in binary, want 8", idv, quote(s.tbl.updatedAt.name), len(ua))
+		}
+		pgus := int64(binary.BigEndian.Uint64(ua))
+		if pgus == math.MaxInt64 || pgus == math.MinInt64 {
+			return nil, fmt.Errorf("row id %q has %s = infinity or -infinity, which has no place in the change order: set it to a real time", idv, quote(s.tbl.updatedAt.name))
+		}
+		deleted := prefix == 3 && len(raw[2]) == 1 && raw[2][0] == 't'
+		ids = append(ids, idv...)
+		iEnds = append(iEnds, len(ids))
+		if deleted {
+			vEnds = append(vEnds, -1)
+		} else {
+			var err error
+			if vals, err = enc.appendRow(vals, raw[prefix:]); err != nil {
+				return nil, fmt.Errorf("row id %q: %w", idv, err)
+			}
+			vEnds = append(vEnds, len(vals))
+		}
+		out = append(out, connector.Row{
+			UpdatedAt: schemas.FromMicros(pgus + pgEpochMicros),
+			Deleted:   deleted,
+		})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	idStr := string(ids)
+	iStart, vStart := 0, 0
+	for i := range out {
+		out[i].ID = idStr[iStart:iEnds[i]]
+		iStart = iEnds[i]
+		if e := vEnds[i]; e >= 0 {
+			out[i].Value = vals[vStart:e:e]
+			vStart = e
+		}
+	}
+	return out, nil
+}
+
+func isSQLError(err error) bool {
+	var pgErr interface{ SQLState() string }
+	return errors.As(err, &pgErr)
+}
