@@ -1,0 +1,347 @@
+package connector
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"time"
+
+	"github.com/tidemark/tidemark/schemas"
+)
+
+// Publisher is what the engine needs from Kafka: one transaction at a time
+// holding data records and the checkpoint.
+type Publisher interface {
+	// Begin opens a transaction.
+	Begin(ctx context.Context) error
+	// Publish adds one row (an upsert, or a tombstone when Deleted) to the
+	// open transaction. Delivery errors may surface here or at Commit.
+	Publish(ctx context.Context, r *Row) error
+	// Commit writes checkpoint to the offsets topic in the same
+	// transaction, flushes and commits. An error means the outcome is
+	// failed or unknown: the engine then calls Reset and reloads the
+	// checkpoint; it never retries a commit.
+	Commit(ctx context.Context, checkpoint []byte) error
+	// Abort aborts the open transaction, if any.
+	Abort(ctx context.Context) error
+	// Reset discards the producer session after a failure and starts a new
+	// one, so that any transaction left open is resolved (committed or
+	// aborted) before the checkpoint is read back.
+	Reset(ctx context.Context) error
+}
+
+// CheckpointStore reads the latest committed checkpoint.
+type CheckpointStore interface {
+	// Load returns the latest committed checkpoint read read_committed, or
+	// nil when there is none.
+	Load(ctx context.Context) (*schemas.Checkpoint, error)
+}
+
+// Config configures an Engine. Zero values take the documented defaults.
+type Config struct {
+	// Name is the connector name; required.
+	Name string
+	// PageSize is the number of rows per page; default 1000.
+	PageSize int
+	// Margin is the safety margin M re-read below the watermark; default 10s
+	// (a negative value means 0).
+	Margin time.Duration
+	// PollInterval is the pause between passes in continuous mode; default 1s.
+	PollInterval time.Duration
+	// PollJitter is the fraction (0..1) of PollInterval randomised; default 0.
+	PollJitter float64
+	// TxnMaxRecords, TxnMaxBytes and TxnMaxDuration bound one transaction;
+	// defaults 10000 records, 16 MiB, 5s. Pages are never split.
+	TxnMaxRecords  int
+	TxnMaxBytes    int64
+	TxnMaxDuration time.Duration
+	// DedupeMaxEntries bounds the boundary set B; default 20000.
+	DedupeMaxEntries int
+	// Horizon enables horizon mode; the source must implement Horizoner.
+	Horizon bool
+	// Consistent makes the initial load read one fixed snapshot; the source
+	// must implement Snapshotter.
+	Consistent bool
+	// Fingerprint and FingerprintFields describe the configuration that
+	// defines the data set; a checkpoint with another fingerprint is a
+	// safety stop.
+	Fingerprint       string
+	FingerprintFields map[string]string
+	// MaxAttempts is how many consecutive transient failures are retried
+	// before Run gives up; default 8.
+	MaxAttempts int
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+func (c *Config) defaults() {
+	if c.PageSize <= 0 {
+		c.PageSize = 1000
+	}
+	if c.Margin < 0 {
+		c.Margin = 0
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = time.Second
+	}
+	if c.TxnMaxRecords <= 0 {
+		c.TxnMaxRecords = 10000
+	}
+	if c.TxnMaxBytes <= 0 {
+		c.TxnMaxBytes = 16 << 20
+	}
+	if c.TxnMaxDuration <= 0 {
+		c.TxnMaxDuration = 5 * time.Second
+	}
+	if c.DedupeMaxEntries <= 0 {
+		c.DedupeMaxEntries = 20000
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 8
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Engine walks a Source and publishes through a Publisher. It is not safe
+// for concurrent use; Run is called once.
+type Engine struct {
+	cfg   Config
+	src   Source
+	pub   Publisher
+	store CheckpointStore
+	log   *slog.Logger
+	runID string
+
+	// Working state: the last committed checkpoint plus whatever the open
+	// transaction has added. After any failure it is thrown away and
+	// rebuilt from the store, so it is never trusted beyond a commit.
+	cp *schemas.Checkpoint
+	b  *boundary
+
+	// Open transaction.
+	txOpen    bool
+	txRecords int
+	txBytes   int64
+	txPages   int
+	txStart   time.Time
+
+	// For the completion record.
+	startCounters schemas.Counters
+	committed     schemas.Checkpoint // last committed, without Boundary
+	resumedFrom   string
+	lastEnd       endEvidence
+	passesRun     int
+}
+
+type endEvidence struct {
+	at     time.Time
+	cursor string
+	since  string
+	pages  int
+}
+
+// New returns an Engine. The source, publisher and store are owned by the
+// caller.
+func New(cfg Config, src Source, pub Publisher, store CheckpointStore) (*Engine, error) {
+	cfg.defaults()
+	if cfg.Name == "" {
+		return nil, errors.New("connector: Config.Name is required")
+	}
+	if cfg.Horizon {
+		if _, ok := src.(Horizoner); !ok {
+			return nil, fmt.Errorf("connector: horizon mode needs a source that reports its oldest open writer; %T does not: %w", src, ErrPermanent)
+		}
+	}
+	if cfg.Consistent {
+		if _, ok := src.(Snapshotter); !ok {
+			return nil, fmt.Errorf("connector: consistent initial load needs a source that can hold a snapshot; %T cannot: %w", src, ErrPermanent)
+		}
+	}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	return &Engine{cfg: cfg, src: src, pub: pub, store: store, log: cfg.Logger, runID: hex.EncodeToString(id[:])}, nil
+}
+
+// RunID identifies this run in checkpoints.
+func (e *Engine) RunID() string { return e.runID }
+
+// Mode selects how long Run runs.
+type Mode int
+
+const (
+	// Continuous runs passes until the context is cancelled.
+	Continuous Mode = iota
+	// Once runs until one pass has reached the end of the source, then
+	// returns the completion record.
+	Once
+)
+
+// Run loads the checkpoint and walks until ctx is cancelled (Continuous) or
+// the source is caught up (Once). A cancelled context is a clean stop: the
+// open transaction is finished and Run returns a nil error. Transient
+// failures are retried from the last committed checkpoint with capped,
+// jittered exponential backoff; fatal ones (see Fatal) return at once.
+func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
+	started := e.cfg.Now()
+	if err := e.load(ctx, true); err != nil {
+		return nil, err
+	}
+	failures := 0
+	for {
+		err := e.pass(ctx)
+		if err == nil {
+			failures = 0
+			e.passesRun++
+			if mode == Once {
+				return e.completion(started, "caught up"), nil
+			}
+			if !e.sleep(ctx, e.pollDelay()) {
+				return e.completion(started, "stopped by signal"), nil
+			}
+			continue
+		}
+		if ctx.Err() != nil && !Fatal(err) {
+			return e.completion(started, "stopped by signal"), nil
+		}
+		if Fatal(err) {
+			return e.completion(started, "stopped: "+err.Error()), err
+		}
+		failures++
+		if failures >= e.cfg.MaxAttempts {
+			return e.completion(started, "gave up"), fmt.Errorf("giving up after %d consecutive failures: %w", failures, err)
+		}
+		delay := backoff(failures)
+		e.log.Warn("transient failure; will resume from the last committed checkpoint",
+			"err", err, "attempt", failures, "of", e.cfg.MaxAttempts, "retry_in", delay.Round(time.Millisecond))
+		if !e.sleep(ctx, delay) {
+			return e.completion(started, "stopped by signal"), nil
+		}
+		if err := e.recover(ctx); err != nil {
+			if Fatal(err) || ctx.Err() != nil {
+				return e.completion(started, "stopped: "+err.Error()), err
+			}
+			e.log.Warn("recovery failed; will retry", "err", err)
+			continue
+		}
+	}
+}
+
+// recover resets the producer session and reloads the committed checkpoint,
+// discarding everything not committed.
+func (e *Engine) recover(ctx context.Context) error {
+	e.txOpen = false
+	if err := e.pub.Reset(ctx); err != nil {
+		return fmt.Errorf("reset producer: %w", err)
+	}
+	return e.load(ctx, false)
+}
+
+// load reads the committed checkpoint into the working state and checks
+// that it belongs to this configuration.
+func (e *Engine) load(ctx context.Context, first bool) error {
+	cp, err := e.store.Load(ctx)
+	if err != nil {
+		return fmt.Errorf("read checkpoint: %w", err)
+	}
+	if cp == nil {
+		cp = &schemas.Checkpoint{Phase: schemas.PhaseIdle}
+		if first {
+			e.resumedFrom = "fresh start: no checkpoint"
+		}
+	} else {
+		if cp.NeedsDecision != "" {
+			return &StopError{
+				Reason: fmt.Sprintf("the checkpoint is marked as needing an operator decision: %s", cp.NeedsDecision),
+				Hint:   fmt.Sprintf("inspect with `tidemark status`, then `tidemark reset` (to scratch or to a stated watermark) for connector %q", e.cfg.Name),
+			}
+		}
+		if cp.Fingerprint != e.cfg.Fingerprint {
+			return e.fingerprintStop(cp)
+		}
+		if first {
+			e.resumedFrom = fmt.Sprintf("resumed: phase %s, watermark %s, seq %d", cp.Phase, orInf(cp.Watermark), cp.Seq)
+		}
+	}
+	cp.Version = schemas.CheckpointVersion
+	cp.Connector = e.cfg.Name
+	cp.Fingerprint = e.cfg.Fingerprint
+	cp.FingerprintFields = e.cfg.FingerprintFields
+	cp.RunID = e.runID
+	e.b = newBoundary(e.cfg.DedupeMaxEntries, cp.Boundary)
+	cp.Boundary = nil
+	e.cp = cp
+	e.committed = *cp
+	if first {
+		e.startCounters = cp.Counters
+	}
+	return nil
+}
+
+func (e *Engine) fingerprintStop(cp *schemas.Checkpoint) error {
+	var changes []string
+	for k, v := range e.cfg.FingerprintFields {
+		if old, ok := cp.FingerprintFields[k]; !ok || old != v {
+			changes = append(changes, fmt.Sprintf("%s: %q -> %q", k, cp.FingerprintFields[k], v))
+		}
+	}
+	for k, old := range cp.FingerprintFields {
+		if _, ok := e.cfg.FingerprintFields[k]; !ok {
+			changes = append(changes, fmt.Sprintf("%s: %q -> (unset)", k, old))
+		}
+	}
+	slicesSort(changes)
+	what := "the configuration fingerprint differs"
+	if len(changes) > 0 {
+		what = "the configuration changed since the last checkpoint: " + joinLines(changes)
+	}
+	return &StopError{
+		Reason: what,
+		Hint: fmt.Sprintf("either restore the previous configuration, or use a new connector name for a new data set, "+
+			"or run `tidemark reset --config FILE` to start connector %q over (from scratch or from a stated watermark); nothing was written", e.cfg.Name),
+	}
+}
+
+func (e *Engine) pollDelay() time.Duration {
+	d := e.cfg.PollInterval
+	if j := e.cfg.PollJitter; j > 0 {
+		d += time.Duration((mrand.Float64()*2 - 1) * j * float64(d))
+	}
+	return d
+}
+
+func (e *Engine) sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// backoff is capped exponential backoff with full jitter: 250ms doubling to
+// 30s.
+func backoff(attempt int) time.Duration {
+	d := 250 * time.Millisecond << min(attempt-1, 7)
+	d = min(d, 30*time.Second)
+	return d/2 + time.Duration(mrand.Int64N(int64(d/2)+1))
+}
+
+func orInf(ts string) string {
+	if ts == "" {
+		return "-infinity"
+	}
+	return ts
+}

@@ -1,0 +1,50 @@
+package connector
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrFenced is wrapped by a Publisher when another instance with the same
+// transactional id has taken over. The fenced instance must stop at once.
+var ErrFenced = errors.New("fenced by another instance with the same connector name")
+
+// ErrPermanent marks failures that a retry cannot fix (authorization,
+// a bad row type, a missing table). Wrap it to stop without retrying.
+var ErrPermanent = errors.New("permanent failure")
+
+// StopError is a safety stop: the connector cannot continue without an
+// operator decision (CONTRACT §6). It never guesses.
+type StopError struct {
+	// Reason says what happened.
+	Reason string
+	// Hint says what the operator can do.
+	Hint string
+	// Err is the underlying error, if any.
+	Err error
+}
+
+func (e *StopError) Error() string {
+	s := "safety stop: " + e.Reason
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	if e.Hint != "" {
+		s += "\n  what to do: " + e.Hint
+	}
+	return s
+}
+
+func (e *StopError) Unwrap() error { return e.Err }
+
+// Stopf returns a *StopError.
+func Stopf(hint string, format string, args ...any) *StopError {
+	return &StopError{Reason: fmt.Sprintf(format, args...), Hint: hint}
+}
+
+// Fatal reports whether err must not be retried: fencing, safety stops and
+// permanent failures.
+func Fatal(err error) bool {
+	var stop *StopError
+	return errors.Is(err, ErrFenced) || errors.Is(err, ErrPermanent) || errors.As(err, &stop)
+}

@@ -1,0 +1,342 @@
+package connector
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tidemark/tidemark/schemas"
+)
+
+// pass runs one pass to the end of the source, resuming an open pass from
+// the checkpoint, and commits its end. It returns nil once the end of the
+// pass is committed, or when ctx is cancelled after the open transaction was
+// finished.
+func (e *Engine) pass(ctx context.Context) error {
+	src := e.src
+	switch e.cp.Phase {
+	case schemas.PhasePass:
+		// Resume the open pass at its stored cursor and lower bound.
+	case schemas.PhaseSnapshot:
+		// A snapshot cannot outlive its process: a new snapshot never
+		// continues an old position. Start the consistent load over.
+		e.log.Warn("an interrupted consistent initial load restarts from scratch under a new snapshot")
+		e.cp.Phase, e.cp.Cursor, e.cp.PassMax, e.cp.PassLow, e.cp.PassHorizon = schemas.PhaseIdle, "", "", "", ""
+		fallthrough
+	default:
+		if e.cfg.Consistent && e.cp.Watermark == "" {
+			snap, err := src.(Snapshotter).Snapshot(ctx)
+			if err != nil {
+				return fmt.Errorf("open snapshot for the consistent initial load: %w", err)
+			}
+			defer snap.Close(context.WithoutCancel(ctx))
+			src = snap
+			e.cp.Phase = schemas.PhaseSnapshot
+			e.cp.PassHorizon = schemas.FormatTime(snap.Start())
+			if e.cfg.Horizon {
+				h, err := e.src.(Horizoner).Horizon(ctx)
+				if err != nil {
+					return fmt.Errorf("sample horizon: %w", err)
+				}
+				e.cp.PassHorizon = schemas.FormatTime(capOf(h, snap.Start()))
+			}
+		} else {
+			e.cp.Phase = schemas.PhasePass
+			e.cp.PassHorizon = ""
+			if e.cfg.Horizon {
+				h, err := e.src.(Horizoner).Horizon(ctx)
+				if err != nil {
+					return fmt.Errorf("sample horizon: %w", err)
+				}
+				e.cp.PassHorizon = schemas.FormatTime(capOf(h, h.Now))
+			}
+		}
+		e.cp.PassLow = ""
+		if e.cp.Watermark != "" {
+			w, err := schemas.ParseTime(e.cp.Watermark)
+			if err != nil {
+				return e.corrupt("watermark", err)
+			}
+			e.cp.PassLow = schemas.FormatTime(w.Add(-e.cfg.Margin))
+		}
+		e.cp.PassMax = ""
+		e.cp.Cursor = ""
+	}
+
+	var since time.Time
+	if e.cp.PassLow != "" {
+		t, err := schemas.ParseTime(e.cp.PassLow)
+		if err != nil {
+			return e.corrupt("pass_low", err)
+		}
+		since = t
+	}
+	e.log.Debug("pass", "phase", e.cp.Phase, "since", orInf(e.cp.PassLow), "cursor", e.cp.Cursor)
+	pages := 0
+	for {
+		if ctx.Err() != nil {
+			return e.finish(ctx)
+		}
+		req := PageRequest{Since: since, Cursor: e.cp.Cursor, Limit: e.cfg.PageSize}
+		page, err := src.Page(ctx, req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return e.finish(ctx)
+			}
+			e.abort(ctx)
+			return fmt.Errorf("fetch page after cursor %q: %w", req.Cursor, err)
+		}
+		pages++
+		if err := e.apply(ctx, page.Rows); err != nil {
+			e.abort(ctx)
+			return err
+		}
+		e.txPages++
+		e.cp.Counters.Pages++
+		if page.End {
+			if err := e.endPass(ctx); err != nil {
+				return err
+			}
+			e.lastEnd = endEvidence{at: e.cfg.Now(), cursor: req.Cursor, since: orInf(e.cp.PassLow), pages: pages}
+			return nil
+		}
+		if page.Next == "" {
+			e.abort(ctx)
+			return fmt.Errorf("source returned a page without a next cursor and without an end signal (cursor %q): %w", req.Cursor, ErrPermanent)
+		}
+		e.cp.Cursor = page.Next
+		if e.txFull() {
+			if err := e.commit(ctx); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// apply publishes the rows of one page, skipping re-reads that B knows.
+func (e *Engine) apply(ctx context.Context, rows []Row) error {
+	passMax := int64(0)
+	if e.cp.PassMax != "" {
+		t, err := schemas.ParseTime(e.cp.PassMax)
+		if err != nil {
+			return e.corrupt("pass_max", err)
+		}
+		passMax = t.UnixMicro()
+	}
+	hasMax := e.cp.PassMax != ""
+	if e.txStart.IsZero() {
+		e.txStart = e.cfg.Now()
+	}
+	for i := range rows {
+		r := &rows[i]
+		ts := r.UpdatedAt.UnixMicro()
+		if !hasMax || ts > passMax {
+			passMax, hasMax = ts, true
+		}
+		e.cp.Counters.Raw++
+		d := Digest(r)
+		if e.b.seen(r.ID, d) {
+			e.cp.Counters.Deduped++
+			e.b.put(r.ID, ts, d) // refresh its timestamp
+			continue
+		}
+		if !e.txOpen {
+			if err := e.pub.Begin(ctx); err != nil {
+				return fmt.Errorf("begin transaction: %w", err)
+			}
+			e.txOpen = true
+		}
+		if err := e.pub.Publish(ctx, r); err != nil {
+			return fmt.Errorf("publish id %s: %w", r.ID, err)
+		}
+		e.txRecords++
+		e.txBytes += int64(len(r.ID) + len(r.Value))
+		e.cp.Counters.Published++
+		if r.Deleted {
+			e.cp.Counters.Tombstones++
+		}
+		if !e.b.put(r.ID, ts, d) {
+			e.cp.Counters.DedupeOverflow++
+		}
+	}
+	if hasMax {
+		e.cp.PassMax = schemas.FormatTime(time.UnixMicro(passMax))
+	}
+	return nil
+}
+
+func (e *Engine) txFull() bool {
+	return e.txRecords >= e.cfg.TxnMaxRecords ||
+		e.txBytes >= e.cfg.TxnMaxBytes ||
+		!e.txStart.IsZero() && e.cfg.Now().Sub(e.txStart) >= e.cfg.TxnMaxDuration
+}
+
+// endPass advances the watermark and commits the end of the pass.
+func (e *Engine) endPass(ctx context.Context) error {
+	oldW := e.cp.Watermark
+	if e.cp.Phase == schemas.PhaseSnapshot {
+		// After a consistent load the walk continues from the snapshot's
+		// start: W = snapshot start (capped by the horizon in horizon mode).
+		e.cp.Watermark = e.cp.PassHorizon
+	} else if e.cp.PassMax != "" {
+		cand, err := schemas.ParseTime(e.cp.PassMax)
+		if err != nil {
+			return e.corrupt("pass_max", err)
+		}
+		if e.cfg.Horizon {
+			if e.cp.PassHorizon != "" {
+				c, err := schemas.ParseTime(e.cp.PassHorizon)
+				if err != nil {
+					return e.corrupt("pass_horizon", err)
+				}
+				cand = minTime(cand, c)
+			}
+			h, err := e.src.(Horizoner).Horizon(ctx)
+			if err != nil {
+				e.abort(ctx)
+				return fmt.Errorf("sample horizon at the end of the pass: %w", err)
+			}
+			cand = minTime(cand, capOf(h, h.Now))
+		}
+		if oldW == "" {
+			e.cp.Watermark = schemas.FormatTime(cand)
+		} else if w, err := schemas.ParseTime(oldW); err != nil {
+			return e.corrupt("watermark", err)
+		} else if cand.After(w) {
+			e.cp.Watermark = schemas.FormatTime(cand)
+		}
+	}
+	wasPass := e.cp.Phase
+	e.cp.Phase = schemas.PhaseIdle
+	e.cp.Cursor, e.cp.PassLow, e.cp.PassMax, e.cp.PassHorizon = "", "", "", ""
+	e.cp.Counters.Passes++
+	if e.cp.Watermark != "" {
+		w, _ := schemas.ParseTime(e.cp.Watermark)
+		e.b.prune(w.Add(-e.cfg.Margin).UnixMicro())
+	}
+	// A pass that published nothing and moved nothing commits nothing: an
+	// unchanged table costs no transaction. The committed checkpoint
+	// already says "idle at W", unless the pass was resumed.
+	if !e.txOpen && e.cp.Watermark == oldW && e.committed.Phase == schemas.PhaseIdle && wasPass != schemas.PhaseSnapshot {
+		e.txRecords, e.txBytes, e.txPages, e.txStart = 0, 0, 0, time.Time{}
+		return nil
+	}
+	return e.commit(ctx)
+}
+
+// commit ends the open transaction with the checkpoint. Only after a
+// successful commit does the committed position move.
+func (e *Engine) commit(ctx context.Context) error {
+	if !e.txOpen {
+		if err := e.pub.Begin(ctx); err != nil {
+			return fmt.Errorf("begin transaction: %w", err)
+		}
+		e.txOpen = true
+	}
+	e.pruneMidPass()
+	e.cp.Seq++
+	e.cp.Counters.Transactions++
+	e.cp.CommittedAt = schemas.FormatTime(e.cfg.Now())
+	e.cp.Boundary = e.b.entries()
+	buf, err := schemas.EncodeCheckpoint(e.cp)
+	e.cp.Boundary = nil
+	if err != nil {
+		e.abort(ctx)
+		return fmt.Errorf("encode checkpoint: %w", err)
+	}
+	// Never cancel an in-flight EndTransaction: finish on a context that
+	// survives shutdown, bounded by a timeout.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	took := time.Now()
+	err = e.pub.Commit(cctx, buf)
+	e.txOpen = false
+	if err != nil {
+		return fmt.Errorf("commit transaction seq %d: %w", e.cp.Seq, err)
+	}
+	e.log.Info("committed", "seq", e.cp.Seq, "records", e.txRecords, "pages", e.txPages,
+		"phase", e.cp.Phase, "watermark", orInf(e.cp.Watermark), "cursor", e.cp.Cursor,
+		"took", time.Since(took).Round(time.Microsecond))
+	e.committed = *e.cp
+	e.txRecords, e.txBytes, e.txPages, e.txStart = 0, 0, 0, time.Time{}
+	return nil
+}
+
+// pruneMidPass drops B entries that neither this pass (its cursor is past
+// them) nor any later pass (it starts at W' - M, and W' >= the current lower
+// candidate) can read again. In horizon mode the end-of-pass horizon is not
+// known yet, so an entry pruned here may be read again: that costs a
+// duplicate publication, never a row.
+func (e *Engine) pruneMidPass() {
+	if e.cp.Phase == schemas.PhaseIdle || e.cp.PassMax == "" {
+		return
+	}
+	cand, err := schemas.ParseTime(e.cp.PassMax)
+	if err != nil {
+		return
+	}
+	if e.cp.PassHorizon != "" {
+		if c, err := schemas.ParseTime(e.cp.PassHorizon); err == nil {
+			cand = minTime(cand, c)
+		}
+	}
+	if e.cp.Watermark != "" {
+		if w, err := schemas.ParseTime(e.cp.Watermark); err == nil && w.After(cand) {
+			cand = w
+		}
+	}
+	e.b.prune(cand.Add(-e.cfg.Margin).UnixMicro())
+}
+
+// finish ends the open transaction on shutdown: the pages already handed to
+// the producer are complete, so they are committed rather than thrown away.
+func (e *Engine) finish(ctx context.Context) error {
+	if !e.txOpen {
+		return nil // nothing published since the last commit: nothing to keep
+	}
+	if err := e.commit(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("finish the open transaction on shutdown: %w", err)
+	}
+	return nil
+}
+
+func (e *Engine) abort(ctx context.Context) {
+	if !e.txOpen {
+		return
+	}
+	e.txOpen = false
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := e.pub.Abort(actx); err != nil {
+		e.log.Warn("abort transaction", "err", err)
+	}
+}
+
+func (e *Engine) corrupt(field string, err error) error {
+	return &StopError{
+		Reason: fmt.Sprintf("the checkpoint's %s is unreadable", field),
+		Hint:   "the offsets topic holds a checkpoint this build cannot use; inspect it with `tidemark status` and decide with `tidemark reset`",
+		Err:    err,
+	}
+}
+
+// capOf is the horizon cap: the earlier of at and the oldest open writer.
+func capOf(h Horizon, at time.Time) time.Time {
+	if !h.OldestWriter.IsZero() && h.OldestWriter.Before(at) {
+		return h.OldestWriter.UTC().Truncate(time.Microsecond)
+	}
+	return at.UTC().Truncate(time.Microsecond)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func slicesSort(s []string) { slices.Sort(s) }
+
+func joinLines(s []string) string { return strings.Join(s, "; ") }

@@ -1,0 +1,108 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark/tidemark/connector"
+)
+
+// Topics says which topics to create or check.
+type Topics struct {
+	// Data is the data topic; created compacted with Partitions and
+	// ReplicationFactor (-1 = broker default) when missing.
+	Data              string
+	Partitions        int32
+	ReplicationFactor int16
+	// AllowNonCompacted accepts an existing data topic whose cleanup.policy
+	// lacks compact (a consumer of such a topic cannot rebuild state).
+	AllowNonCompacted bool
+	// Offsets is the offsets topic: compacted, exactly one partition.
+	Offsets string
+}
+
+// EnsureTopics creates missing topics and checks existing ones against
+// CONTRACT §4. It returns one human line per topic saying what it found or
+// did. A refused topic is a permanent error naming the fix.
+func EnsureTopics(ctx context.Context, cl *kgo.Client, t Topics) ([]string, error) {
+	adm := kadm.NewClient(cl)
+	var report []string
+	line, err := ensure(ctx, adm, t.Data, t.Partitions, t.ReplicationFactor, map[string]*string{
+		"cleanup.policy": kadm.StringPtr("compact"),
+	}, func(cfg map[string]string, parts int) error {
+		if !strings.Contains(cfg["cleanup.policy"], "compact") && !t.AllowNonCompacted {
+			return fmt.Errorf("data topic %q has cleanup.policy=%s: a consumer cannot rebuild state from a non-compacted topic once old records expire; "+
+				"run `kafka-configs --alter --entity-type topics --entity-name %s --add-config cleanup.policy=compact`, or set kafka.allow_non_compacted: true to accept it: %w",
+				t.Data, cfg["cleanup.policy"], t.Data, connector.ErrPermanent)
+		}
+		return nil
+	})
+	if err != nil {
+		return report, err
+	}
+	report = append(report, line)
+	line, err = ensure(ctx, adm, t.Offsets, 1, t.ReplicationFactor, map[string]*string{
+		"cleanup.policy":    kadm.StringPtr("compact"),
+		"max.message.bytes": kadm.StringPtr(strconv.Itoa(MaxCheckpointBytes)),
+	}, func(cfg map[string]string, parts int) error {
+		if parts != 1 {
+			return fmt.Errorf("offsets topic %q has %d partitions; it must have exactly 1 so that one read finds a connector's latest checkpoint; use another kafka.offsets_topic: %w", t.Offsets, parts, connector.ErrPermanent)
+		}
+		if !strings.Contains(cfg["cleanup.policy"], "compact") {
+			return fmt.Errorf("offsets topic %q has cleanup.policy=%s; checkpoints would expire and the connector would have to stop; make it compact or use another kafka.offsets_topic: %w", t.Offsets, cfg["cleanup.policy"], connector.ErrPermanent)
+		}
+		return nil
+	})
+	if err != nil {
+		return report, err
+	}
+	return append(report, line), nil
+}
+
+func ensure(ctx context.Context, adm *kadm.Client, topic string, parts int32, rf int16, configs map[string]*string, check func(map[string]string, int) error) (string, error) {
+	details, err := adm.ListTopics(ctx, topic)
+	if err != nil {
+		return "", fmt.Errorf("describe topic %q: %w", topic, classify(err))
+	}
+	d, ok := details[topic]
+	if ok && d.Err == nil {
+		rcs, err := adm.DescribeTopicConfigs(ctx, topic)
+		if err != nil {
+			return "", fmt.Errorf("describe configs of %q: %w", topic, classify(err))
+		}
+		cfg := map[string]string{}
+		for _, rc := range rcs {
+			if rc.Err != nil {
+				return "", fmt.Errorf("describe configs of %q: %w", topic, classify(rc.Err))
+			}
+			for _, c := range rc.Configs {
+				cfg[c.Key] = c.MaybeValue()
+			}
+		}
+		if err := check(cfg, len(d.Partitions)); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("topic %s: exists, %d partitions, cleanup.policy=%s", topic, len(d.Partitions), cfg["cleanup.policy"]), nil
+	}
+	if ok && d.Err != nil && !errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
+		return "", fmt.Errorf("describe topic %q: %w", topic, classify(d.Err))
+	}
+	resp, err := adm.CreateTopic(ctx, parts, rf, configs, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if errors.Is(err, kerr.TopicAlreadyExists) {
+		return ensure(ctx, adm, topic, parts, rf, configs, check)
+	}
+	if err != nil {
+		return "", fmt.Errorf("create topic %q: %w", topic, classify(err))
+	}
+	return fmt.Sprintf("topic %s: created, %d partitions, cleanup.policy=compact", topic, parts), nil
+}

@@ -1,0 +1,272 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tidemark/tidemark/connector"
+	"github.com/tidemark/tidemark/schemas"
+)
+
+// Config configures a Writer.
+type Config struct {
+	// Name is the connector name: the transactional id is TransactionalID(Name).
+	Name string
+	// Topic is the data topic; OffsetsTopic holds the checkpoint.
+	Topic        string
+	OffsetsTopic string
+	// TransactionTimeout is the broker-side timeout of an open transaction;
+	// default 60s. It must exceed the engine's transaction duration bound.
+	TransactionTimeout time.Duration
+	// Opts configure the connection (seed brokers, TLS, SASL, logger).
+	Opts []kgo.Opt
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// TransactionalID is the transactional id of connector name.
+func TransactionalID(name string) string { return "tidemark-" + name }
+
+// MaxCheckpointBytes bounds one checkpoint record (and so one produce batch
+// on the offsets topic, which EnsureTopics creates with a matching
+// max.message.bytes).
+const MaxCheckpointBytes = 8 << 20
+
+// Writer publishes rows and checkpoints transactionally.
+type Writer struct {
+	cfg Config
+	cl  *kgo.Client
+	hdr []byte // connector header value
+
+	mu       sync.Mutex
+	firstErr error // first failed record of the open transaction
+}
+
+var _ connector.Publisher = (*Writer)(nil)
+
+// New fences any earlier session of this connector (completing or aborting
+// the transaction it left open) and returns a Writer ready to Begin.
+func New(ctx context.Context, cfg Config) (*Writer, error) {
+	if cfg.TransactionTimeout <= 0 {
+		cfg.TransactionTimeout = time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	w := &Writer{cfg: cfg, hdr: []byte(cfg.Name)}
+	if err := w.open(ctx); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+func (w *Writer) open(ctx context.Context) error {
+	if err := w.fence(ctx); err != nil {
+		return err
+	}
+	opts := append(append([]kgo.Opt{}, w.cfg.Opts...),
+		kgo.TransactionalID(TransactionalID(w.cfg.Name)),
+		kgo.TransactionTimeout(w.cfg.TransactionTimeout),
+		// Java-compatible murmur2 of the key bytes.
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+		kgo.ProducerBatchMaxBytes(MaxCheckpointBytes),
+		kgo.ProducerBatchCompression(kgo.NoCompression()),
+		kgo.MaxBufferedRecords(100_000),
+		kgo.ProducerLinger(0),
+	)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	w.cl = cl
+	return nil
+}
+
+// fence bumps the producer epoch of our transactional id with a bare
+// InitProducerID. Kafka then finishes whatever transaction an earlier
+// session left behind (commits a prepared commit, aborts the rest) before
+// answering, so the checkpoint read afterwards is final, and any other live
+// instance with this name is fenced.
+func (w *Writer) fence(ctx context.Context) error {
+	cl, err := kgo.NewClient(w.cfg.Opts...)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	id := TransactionalID(w.cfg.Name)
+	req := kmsg.NewPtrInitProducerIDRequest()
+	req.TransactionalID = &id
+	req.TransactionTimeoutMillis = int32(w.cfg.TransactionTimeout.Milliseconds())
+	req.ProducerID, req.ProducerEpoch = -1, -1
+	deadline := time.Now().Add(w.cfg.TransactionTimeout + 30*time.Second)
+	for attempt := 0; ; attempt++ {
+		resp, err := req.RequestWith(ctx, cl)
+		if err == nil {
+			err = kerr.ErrorForCode(resp.ErrorCode)
+		}
+		if err == nil {
+			return nil
+		}
+		if retryable(err) && time.Now().Before(deadline) && ctx.Err() == nil {
+			time.Sleep(min(100*time.Millisecond<<min(attempt, 5), 2*time.Second))
+			continue
+		}
+		return fmt.Errorf("initialise transactional id %q: %w", id, classify(err))
+	}
+}
+
+// Begin opens a transaction.
+func (w *Writer) Begin(context.Context) error {
+	w.mu.Lock()
+	w.firstErr = nil
+	w.mu.Unlock()
+	if err := w.cl.BeginTransaction(); err != nil {
+		return classify(err)
+	}
+	return nil
+}
+
+func (w *Writer) promise(r *kgo.Record, err error) {
+	if err == nil {
+		return
+	}
+	w.mu.Lock()
+	if w.firstErr == nil {
+		w.firstErr = fmt.Errorf("produce %s key %q: %w", r.Topic, r.Key, err)
+	}
+	w.mu.Unlock()
+}
+
+func (w *Writer) failed() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.firstErr
+}
+
+// Publish produces one row into the open transaction: key = id, value = the
+// JSON value (nil = tombstone), headers operation, updated_at, connector.
+func (w *Writer) Publish(ctx context.Context, r *connector.Row) error {
+	if err := w.failed(); err != nil {
+		return classify(err)
+	}
+	op := schemas.OpUpsert
+	var value []byte
+	if r.Deleted {
+		op = schemas.OpDelete
+	} else {
+		value = r.Value
+		if value == nil {
+			value = []byte{} // never turn an upsert into a tombstone
+		}
+	}
+	rec := &kgo.Record{
+		Topic: w.cfg.Topic,
+		Key:   []byte(r.ID),
+		Value: value,
+		Headers: []kgo.RecordHeader{
+			{Key: schemas.HeaderOperation, Value: []byte(op)},
+			{Key: schemas.HeaderUpdatedAt, Value: schemas.AppendTime(nil, r.UpdatedAt)},
+			{Key: schemas.HeaderConnector, Value: w.hdr},
+		},
+	}
+	// The record belongs to the transaction, not to the caller's context:
+	// a shutdown must be able to finish it.
+	w.cl.Produce(context.WithoutCancel(ctx), rec, w.promise)
+	return nil
+}
+
+// Commit produces the checkpoint, flushes everything and commits. Any
+// failure leaves the outcome to Reset: the engine never retries a commit.
+func (w *Writer) Commit(ctx context.Context, checkpoint []byte) error {
+	if len(checkpoint) > MaxCheckpointBytes-4096 {
+		_ = w.Abort(ctx)
+		return fmt.Errorf("checkpoint of %d bytes exceeds %d; lower sync.dedupe_max_entries: %w", len(checkpoint), MaxCheckpointBytes, connector.ErrPermanent)
+	}
+	w.cl.Produce(ctx, &kgo.Record{
+		Topic:     w.cfg.OffsetsTopic,
+		Partition: 0,
+		Key:       []byte(w.cfg.Name),
+		Value:     checkpoint,
+	}, w.promise)
+	if err := w.cl.Flush(ctx); err != nil {
+		_ = w.Abort(ctx)
+		return fmt.Errorf("flush: %w", classify(err))
+	}
+	if err := w.failed(); err != nil {
+		_ = w.Abort(ctx)
+		return classify(err)
+	}
+	if err := w.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		return fmt.Errorf("end transaction (commit): %w", classify(err))
+	}
+	return nil
+}
+
+// Abort drops buffered records and aborts the open transaction.
+func (w *Writer) Abort(ctx context.Context) error {
+	if err := w.cl.AbortBufferedRecords(ctx); err != nil {
+		return classify(err)
+	}
+	if err := w.cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		return classify(err)
+	}
+	return nil
+}
+
+// Reset throws the session away and opens a new one: the epoch bump
+// resolves any transaction the old session left open.
+func (w *Writer) Reset(ctx context.Context) error {
+	w.cl.Close()
+	return w.open(ctx)
+}
+
+// Close closes the client. An open transaction is left to the broker,
+// which aborts it at its timeout or when the next session fences it.
+func (w *Writer) Close() { w.cl.Close() }
+
+// Client returns the underlying client for metadata and admin requests on
+// the same connection settings. Callers must not produce with it.
+func (w *Writer) Client() *kgo.Client { return w.cl }
+
+// classify maps Kafka errors to the engine's kinds: fencing (stop, exit 4),
+// permanent (stop), or transient (retry from the checkpoint).
+func classify(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, kerr.ProducerFenced),
+		errors.Is(err, kerr.InvalidProducerEpoch),
+		errors.Is(err, kerr.TransactionalIDNotFound):
+		return fmt.Errorf("%w: %w", connector.ErrFenced, err)
+	case errors.Is(err, kerr.TransactionalIDAuthorizationFailed),
+		errors.Is(err, kerr.TopicAuthorizationFailed),
+		errors.Is(err, kerr.ClusterAuthorizationFailed),
+		errors.Is(err, kerr.SaslAuthenticationFailed),
+		errors.Is(err, kerr.MessageTooLarge),
+		errors.Is(err, kerr.RecordListTooLarge):
+		return fmt.Errorf("%w: %w", connector.ErrPermanent, err)
+	}
+	return err
+}
+
+// retryable reports errors worth retrying for the fencing InitProducerID.
+func retryable(err error) bool {
+	switch {
+	case errors.Is(err, kerr.ConcurrentTransactions),
+		// The coordinator is still finishing the previous session's
+		// transaction or loading its state.
+		errors.Is(err, kerr.CoordinatorLoadInProgress),
+		errors.Is(err, kerr.CoordinatorNotAvailable),
+		errors.Is(err, kerr.NotCoordinator):
+		return true
+	}
+	return kerr.IsRetriable(err)
+}
