@@ -1,0 +1,95 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidemark/tidemark/connector"
+	"github.com/tidemark/tidemark/connector/postgres"
+	"github.com/tidemark/tidemark/test/harness"
+)
+
+func TestMain(m *testing.M) { harness.Main(m) }
+
+// config returns a Config for table in the test's schema.
+func config(db *harness.DB, table string) postgres.Config {
+	return postgres.Config{DSN: db.URL, Schema: db.Schema, Table: table}
+}
+
+// open is postgres.New that fails the test on error and closes at cleanup.
+func open(t *testing.T, cfg postgres.Config) *postgres.Source {
+	t.Helper()
+	src, err := postgres.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(src.Close)
+	return src
+}
+
+// walk reads one whole pass and checks the page invariants: no page is
+// larger than the limit, End comes only with an empty page, and the walk
+// terminates.
+func walk(t *testing.T, src connector.Source, since time.Time, limit int) []connector.Row {
+	t.Helper()
+	var all []connector.Row
+	req := connector.PageRequest{Since: since, Limit: limit}
+	for i := 0; ; i++ {
+		if i > 10000 {
+			t.Fatalf("walk did not end after %d pages", i)
+		}
+		p, err := src.Page(context.Background(), req)
+		if err != nil {
+			t.Fatalf("page %d (cursor %q): %v", i, req.Cursor, err)
+		}
+		if len(p.Rows) > limit {
+			t.Fatalf("page %d has %d rows, limit %d", i, len(p.Rows), limit)
+		}
+		if p.End {
+			if len(p.Rows) != 0 {
+				t.Fatalf("page %d: End with %d rows", i, len(p.Rows))
+			}
+			return all
+		}
+		if len(p.Rows) == 0 {
+			t.Fatalf("page %d: no rows but not End", i)
+		}
+		if p.Next == "" || p.Next == req.Cursor {
+			t.Fatalf("page %d: Next %q does not advance from %q", i, p.Next, req.Cursor)
+		}
+		all = append(all, p.Rows...)
+		req.Cursor = p.Next
+	}
+}
+
+func ids(rows []connector.Row) string {
+	s := make([]string, len(rows))
+	for i, r := range rows {
+		s[i] = r.ID
+	}
+	return strings.Join(s, ",")
+}
+
+// dbOrder returns the ids in the database's own ORDER BY updated_at, id.
+func dbOrder(t *testing.T, db *harness.DB, table string) string {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), fmt.Sprintf("SELECT id::text FROM %s ORDER BY updated_at, id", table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		s = append(s, id)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(s, ",")
+}
