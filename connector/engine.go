@@ -59,7 +59,8 @@ type Config struct {
 	TxnMaxRecords  int
 	TxnMaxBytes    int64
 	TxnMaxDuration time.Duration
-	// DedupeMaxEntries bounds the boundary set B; default 20000.
+	// DedupeMaxEntries bounds the boundary set B; default 20000 (0), and a
+	// negative value disables dedupe.
 	DedupeMaxEntries int
 	// Horizon enables horizon mode; the source must implement Horizoner.
 	Horizon bool
@@ -99,8 +100,10 @@ func (c *Config) defaults() {
 	if c.TxnMaxDuration <= 0 {
 		c.TxnMaxDuration = 5 * time.Second
 	}
-	if c.DedupeMaxEntries <= 0 {
+	if c.DedupeMaxEntries == 0 {
 		c.DedupeMaxEntries = 20000
+	} else if c.DedupeMaxEntries < 0 {
+		c.DedupeMaxEntries = 0 // dedupe disabled: every re-read is published again
 	}
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = 8

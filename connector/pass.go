@@ -96,10 +96,11 @@ func (e *Engine) pass(ctx context.Context) error {
 		e.txPages++
 		e.cp.Counters.Pages++
 		if page.End {
+			ev := endEvidence{at: e.cfg.Now(), cursor: req.Cursor, since: orInf(e.cp.PassLow), pages: pages}
 			if err := e.endPass(ctx); err != nil {
 				return err
 			}
-			e.lastEnd = endEvidence{at: e.cfg.Now(), cursor: req.Cursor, since: orInf(e.cp.PassLow), pages: pages}
+			e.lastEnd = ev
 			return nil
 		}
 		if page.Next == "" {

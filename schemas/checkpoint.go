@@ -59,6 +59,20 @@ type Checkpoint struct {
 	// NeedsDecision, when set, says why the connector stopped for an operator
 	// decision; the connector refuses to run until a reset clears it.
 	NeedsDecision string `json:"needs_decision,omitempty"`
+	// LastReset records the latest operator reset, if any.
+	LastReset *Reset `json:"last_reset,omitempty"`
+}
+
+// Reset records an operator decision to start over.
+type Reset struct {
+	// At is when the reset was committed.
+	At string `json:"at"`
+	// By is who ran it (OS user@host, or --by).
+	By string `json:"by"`
+	// Reason is the operator's text.
+	Reason string `json:"reason"`
+	// Watermark is the stated watermark ("" = from scratch).
+	Watermark string `json:"watermark"`
 }
 
 // BoundaryEntry is one member of the dedupe set: id, updated_at in

@@ -84,6 +84,9 @@ func (c Config) Validate() error {
 	if c.DeletedAtColumn != "" && (c.DeletedAtColumn == c.IDColumn || c.DeletedAtColumn == c.UpdatedAtColumn) {
 		errs = append(errs, fmt.Errorf("deleted_at column %q must differ from the id and updated_at columns", c.DeletedAtColumn))
 	}
+	if err := checkFilter(c.Filter); err != nil {
+		errs = append(errs, fmt.Errorf("filter: %w", err))
+	}
 	seen := make(map[string]bool, len(c.Columns))
 	for _, col := range c.Columns {
 		if col == "" {

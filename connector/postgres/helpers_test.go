@@ -76,7 +76,7 @@ func ids(rows []connector.Row) string {
 // dbOrder returns the ids in the database's own ORDER BY updated_at, id.
 func dbOrder(t *testing.T, db *harness.DB, table string) string {
 	t.Helper()
-	rows, err := db.Pool.Query(context.Background(), fmt.Sprintf("SELECT id::text FROM %s ORDER BY updated_at, id", table))
+	rows, err := db.Pool.Query(context.Background(), fmt.Sprintf("SELECT id::text AS s FROM %s ORDER BY updated_at, id", table))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,7 +64,7 @@ func buildQueries(cfg Config, t *table) queries {
 	head := sel.String()
 	filter := ""
 	if cfg.Filter != "" {
-		filter = " AND (" + cfg.Filter + ")"
+		filter = " AND (" + cfg.Filter + "\n)" // see checkFilter
 	}
 	order := " ORDER BY " + ua + ", " + id + " LIMIT "
 	formats := make(pgx.QueryResultFormats, prefix+len(t.value))

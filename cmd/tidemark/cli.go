@@ -1,0 +1,221 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark/tidemark/connector"
+	"github.com/tidemark/tidemark/connector/postgres"
+	"github.com/tidemark/tidemark/offsets"
+	"github.com/tidemark/tidemark/producer"
+)
+
+// cli holds what every command shares: flags, configuration, logger, and
+// the resources it opened (closed by closeAll).
+type cli struct {
+	stdout, stderr io.Writer
+	env            func(string) string
+
+	configPath string
+	overrides  []string
+	logFormat  string
+	logLevel   string
+	once       bool
+	jsonOut    bool
+	yes        bool
+	reason     string
+	by         string
+	toWM       string
+
+	cfg     *Config
+	log     *slog.Logger
+	closers []func()
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+type keyFlag struct {
+	key string
+	a   *cli
+}
+
+func (k keyFlag) String() string     { return "" }
+func (k keyFlag) Set(v string) error { k.a.overrides = append(k.a.overrides, k.key+"="+v); return nil }
+
+func (a *cli) parse(cmd string, args []string) error {
+	fs := flag.NewFlagSet("tidemark "+cmd, flag.ContinueOnError)
+	fs.SetOutput(a.stderr)
+	fs.StringVar(&a.configPath, "config", "", "configuration file (YAML); see tidemark.example.yaml")
+	var sets multiFlag
+	fs.Var(&sets, "set", "override a configuration key: --set source.table=orders (repeatable)")
+	fs.StringVar(&a.logFormat, "log-format", "", "log format: auto, text or json (overrides log.format)")
+	fs.StringVar(&a.logLevel, "log-level", "", "log level: debug, info, warn, error (overrides log.level)")
+	switch cmd {
+	case "run":
+		fs.BoolVar(&a.once, "once", false, "stop when caught up and print the completion record")
+		fs.BoolVar(&a.jsonOut, "json", false, "print the completion record as JSON only")
+	case "status", "check":
+		fs.BoolVar(&a.jsonOut, "json", false, "print JSON")
+	case "reset":
+		fs.BoolVar(&a.yes, "yes", false, "do not ask for confirmation")
+		fs.StringVar(&a.reason, "reason", "", "why (recorded with the reset)")
+		fs.StringVar(&a.by, "by", "", "who (recorded; default: OS user@host)")
+		fs.StringVar(&a.toWM, "to-watermark", "", "restart from this watermark (RFC 3339) instead of from scratch")
+	}
+	for _, k := range ConfigKeys() {
+		fs.Var(keyFlag{k, a}, k, "configuration key "+k+" (env "+EnvName(k)+")")
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q; flags go before or after, values need a flag (see --help): %w", fs.Arg(0), errUsage)
+	}
+	a.overrides = append(a.overrides, sets...)
+	if a.logFormat != "" {
+		a.overrides = append(a.overrides, "log.format="+a.logFormat)
+	}
+	if a.logLevel != "" {
+		a.overrides = append(a.overrides, "log.level="+a.logLevel)
+	}
+	cfg, err := LoadConfig(a.configPath, a.env, a.overrides)
+	if err != nil {
+		return err
+	}
+	a.cfg = cfg
+	a.log = newLogger(a.stderr, cfg.Log.Level, cfg.Log.Format)
+	return nil
+}
+
+func newLogger(w io.Writer, level, format string) *slog.Logger {
+	var lv slog.Level
+	_ = lv.UnmarshalText([]byte(level))
+	opts := &slog.HandlerOptions{Level: lv}
+	if format == "json" || format != "text" && !isTerminal(w) {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func (a *cli) closeAll() {
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		a.closers[i]()
+	}
+	a.closers = nil
+}
+
+// kafkaOpts returns the connection options, starting the embedded broker
+// when no brokers are configured.
+func (a *cli) kafkaOpts() ([]kgo.Opt, error) {
+	brokers := a.cfg.Kafka.Brokers
+	if len(brokers) == 0 {
+		emb, addrs, err := startEmbedded(a.cfg.DataDir, a.log)
+		if err != nil {
+			return nil, err
+		}
+		a.closers = append(a.closers, emb.Close)
+		brokers = addrs
+	}
+	return []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ClientID("tidemark-" + a.cfg.Name)}, nil
+}
+
+func (a *cli) topics() producer.Topics {
+	return producer.Topics{
+		Data:              a.cfg.Kafka.Topic,
+		Partitions:        a.cfg.Kafka.Partitions,
+		ReplicationFactor: a.cfg.Kafka.ReplicationFactor,
+		AllowNonCompacted: a.cfg.Kafka.AllowNonCompacted,
+		Offsets:           a.cfg.Kafka.OffsetsTopic,
+	}
+}
+
+func (a *cli) pgConfig() (postgres.Config, error) {
+	pw, err := a.cfg.Password(a.env)
+	if err != nil {
+		return postgres.Config{}, err
+	}
+	s := a.cfg.Source
+	return postgres.Config{
+		DSN: s.DSN, Password: pw, Schema: s.Schema, Table: s.Table,
+		IDColumn: s.IDColumn, UpdatedAtColumn: s.UpdatedAtColumn, DeletedAtColumn: s.DeletedAtColumn,
+		Columns: s.Columns, Filter: s.Filter,
+	}, nil
+}
+
+// source opens the configured source.
+func (a *cli) source(ctx context.Context) (connector.Source, error) {
+	switch a.cfg.Source.Kind {
+	case "postgres", "":
+		pc, err := a.pgConfig()
+		if err != nil {
+			return nil, err
+		}
+		src, err := postgres.New(ctx, pc)
+		if err != nil {
+			return nil, fmt.Errorf("open PostgreSQL source %s: %w", RedactDSN(a.cfg.Source.DSN), err)
+		}
+		a.closers = append(a.closers, src.Close)
+		return src, nil
+	}
+	return nil, &ConfigError{Key: "source.kind", Msg: fmt.Sprintf("source kind %q is not supported by this build; use postgres", a.cfg.Source.Kind)}
+}
+
+func (a *cli) store(opts []kgo.Opt) *offsets.Store {
+	return offsets.NewStore(opts, a.cfg.Kafka.OffsetsTopic, a.cfg.Name)
+}
+
+func (a *cli) writer(ctx context.Context, opts []kgo.Opt) (*producer.Writer, error) {
+	w, err := producer.New(ctx, producer.Config{
+		Name: a.cfg.Name, Topic: a.cfg.Kafka.Topic, OffsetsTopic: a.cfg.Kafka.OffsetsTopic,
+		TransactionTimeout: a.cfg.Kafka.TransactionTimeout.Duration, Opts: opts, Logger: a.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.closers = append(a.closers, w.Close)
+	return w, nil
+}
+
+func (a *cli) engineConfig() connector.Config {
+	sum, fields := a.cfg.Fingerprint()
+	s := a.cfg.Sync
+	dedupe := s.DedupeMaxEntries
+	if dedupe == 0 {
+		dedupe = -1 // 0 in the file disables dedupe
+	}
+	return connector.Config{
+		Name:              a.cfg.Name,
+		PageSize:          s.PageSize,
+		Margin:            s.Margin.Duration,
+		PollInterval:      s.PollInterval.Duration,
+		PollJitter:        s.PollJitter,
+		TxnMaxRecords:     s.TxnMaxRecords,
+		TxnMaxBytes:       s.TxnMaxBytes,
+		TxnMaxDuration:    s.TxnMaxDuration.Duration,
+		DedupeMaxEntries:  dedupe,
+		Horizon:           a.cfg.Source.Horizon,
+		Consistent:        a.cfg.Source.InitialLoad == "consistent",
+		Fingerprint:       sum,
+		FingerprintFields: fields,
+		Logger:            a.log,
+	}
+}

@@ -1,0 +1,286 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/user"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark/tidemark/connector"
+	"github.com/tidemark/tidemark/connector/postgres"
+	"github.com/tidemark/tidemark/producer"
+	"github.com/tidemark/tidemark/schemas"
+)
+
+func cmdRun(ctx context.Context, a *cli) error {
+	defer a.closeAll()
+	opts, err := a.kafkaOpts()
+	if err != nil {
+		return err
+	}
+	src, err := a.source(ctx)
+	if err != nil {
+		return err
+	}
+	if err := a.preflight(ctx, src, false); err != nil {
+		return err
+	}
+	if err := a.ensureTopics(ctx, opts, false); err != nil {
+		return err
+	}
+	w, err := a.writer(ctx, opts)
+	if err != nil {
+		return err
+	}
+	e, err := connector.New(a.engineConfig(), src, w, a.store(opts))
+	if err != nil {
+		return err
+	}
+	mode := connector.Continuous
+	if a.once {
+		mode = connector.Once
+	}
+	a.log.Info("starting", "connector", a.cfg.Name, "run_id", e.RunID(), "topic", a.cfg.Kafka.Topic,
+		"source", RedactDSN(a.cfg.Source.DSN), "table", a.cfg.Source.Schema+"."+a.cfg.Source.Table, "once", a.once)
+	c, err := e.Run(ctx, mode)
+	if c != nil && (a.once || err == nil) {
+		if a.jsonOut {
+			b, _ := json.MarshalIndent(c, "", "  ")
+			fmt.Fprintln(a.stdout, string(b))
+		} else {
+			fmt.Fprint(a.stdout, c.Text())
+			if a.once {
+				b, _ := json.Marshal(c)
+				fmt.Fprintf(a.stdout, "completion record: %s\n", b)
+			}
+		}
+	}
+	return err
+}
+
+// preflight checks the table (CONTRACT §2). Failures stop with exit 2;
+// warnings are logged (or printed by check).
+func (a *cli) preflight(ctx context.Context, src connector.Source, print bool) error {
+	ps, ok := src.(*postgres.Source)
+	if !ok {
+		return nil
+	}
+	rep, err := ps.Check(ctx)
+	if err != nil {
+		return fmt.Errorf("preflight: %w", err)
+	}
+	if a.cfg.Source.Horizon {
+		f, err := ps.CheckHorizon(ctx)
+		if err != nil {
+			return fmt.Errorf("preflight horizon: %w", err)
+		}
+		rep.Findings = append(rep.Findings, f)
+	}
+	for _, f := range rep.Findings {
+		switch {
+		case print:
+			fmt.Fprintf(a.stdout, "  %-5s %-10s %s\n", f.Severity, f.Check, f.Message)
+		case f.Severity == postgres.Warn:
+			a.log.Warn("preflight: "+f.Message, "check", f.Check)
+		case f.Severity == postgres.OK:
+			a.log.Debug("preflight: "+f.Message, "check", f.Check)
+		}
+	}
+	return rep.Err()
+}
+
+func (a *cli) ensureTopics(ctx context.Context, opts []kgo.Opt, print bool) error {
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	lines, err := producer.EnsureTopics(ctx, cl, a.topics())
+	for _, l := range lines {
+		if print {
+			fmt.Fprintf(a.stdout, "  ok    topic      %s\n", l)
+		} else {
+			a.log.Info(l)
+		}
+	}
+	return err
+}
+
+func cmdCheck(ctx context.Context, a *cli) error {
+	defer a.closeAll()
+	fmt.Fprintf(a.stdout, "tidemark check: connector %q\n", a.cfg.Name)
+	fmt.Fprintf(a.stdout, "  source: %s table %s.%s (dsn %s)\n", a.cfg.Source.Kind, a.cfg.Source.Schema, a.cfg.Source.Table, RedactDSN(a.cfg.Source.DSN))
+	src, err := a.source(ctx)
+	if err != nil {
+		return err
+	}
+	perr := a.preflight(ctx, src, true)
+	opts, err := a.kafkaOpts()
+	if err != nil {
+		return err
+	}
+	if err := a.ensureTopics(ctx, opts, true); err != nil {
+		return err
+	}
+	cp, err := a.store(opts).Load(ctx)
+	if err != nil {
+		return err
+	}
+	sum, fields := a.cfg.Fingerprint()
+	switch {
+	case cp == nil:
+		fmt.Fprintf(a.stdout, "  ok    checkpoint none yet: the first run starts a fresh initial load\n")
+	case cp.Fingerprint != sum:
+		fmt.Fprintf(a.stdout, "  fail  checkpoint the configuration changed since the checkpoint: %s; run would stop (exit 3)\n",
+			strings.Join(DiffFingerprint(cp.FingerprintFields, fields), "; "))
+	default:
+		fmt.Fprintf(a.stdout, "  ok    checkpoint seq %d, phase %s, watermark %s\n", cp.Seq, cp.Phase, orInf(cp.Watermark))
+	}
+	if perr != nil {
+		return perr
+	}
+	fmt.Fprintln(a.stdout, "preflight passed")
+	return nil
+}
+
+func cmdStatus(ctx context.Context, a *cli) error {
+	defer a.closeAll()
+	opts, err := a.kafkaOpts()
+	if err != nil {
+		return err
+	}
+	cp, err := a.store(opts).Load(ctx)
+	if err != nil {
+		return err
+	}
+	if a.jsonOut {
+		if cp == nil {
+			fmt.Fprintln(a.stdout, "null")
+			return nil
+		}
+		b, _ := json.MarshalIndent(cp, "", "  ")
+		fmt.Fprintln(a.stdout, string(b))
+		return nil
+	}
+	if cp == nil {
+		fmt.Fprintf(a.stdout, "connector %q has no committed checkpoint in %s (never run, or reset to scratch)\n", a.cfg.Name, a.cfg.Kafka.OffsetsTopic)
+		return nil
+	}
+	sum, fields := a.cfg.Fingerprint()
+	fmt.Fprintf(a.stdout, "connector:    %s\n", cp.Connector)
+	fmt.Fprintf(a.stdout, "committed:    seq %d at %s by run %s\n", cp.Seq, cp.CommittedAt, cp.RunID)
+	fmt.Fprintf(a.stdout, "phase:        %s\n", cp.Phase)
+	fmt.Fprintf(a.stdout, "watermark:    %s\n", orInf(cp.Watermark))
+	if cp.Phase != schemas.PhaseIdle {
+		fmt.Fprintf(a.stdout, "open pass:    from %s, cursor %q, max updated_at %s\n", orInf(cp.PassLow), cp.Cursor, cp.PassMax)
+	}
+	fmt.Fprintf(a.stdout, "dedupe set:   %d entries\n", len(cp.Boundary))
+	c := cp.Counters
+	fmt.Fprintf(a.stdout, "counters:     %d transactions, %d pages, %d passes; rows %d read, %d published (%d tombstones), %d deduplicated, %d beyond the dedupe bound\n",
+		c.Transactions, c.Pages, c.Passes, c.Raw, c.Published, c.Tombstones, c.Deduped, c.DedupeOverflow)
+	if cp.LastReset != nil {
+		fmt.Fprintf(a.stdout, "last reset:   %s by %s to %s: %s\n", cp.LastReset.At, cp.LastReset.By, orInf(cp.LastReset.Watermark), cp.LastReset.Reason)
+	}
+	if cp.NeedsDecision != "" {
+		fmt.Fprintf(a.stdout, "NEEDS DECISION: %s\n", cp.NeedsDecision)
+	}
+	if cp.Fingerprint == sum {
+		fmt.Fprintf(a.stdout, "fingerprint:  %s (matches the configuration)\n", cp.Fingerprint)
+	} else {
+		fmt.Fprintf(a.stdout, "fingerprint:  %s DIFFERS from the configuration (%s): %s\n", cp.Fingerprint, sum, strings.Join(DiffFingerprint(cp.FingerprintFields, fields), "; "))
+	}
+	return nil
+}
+
+// cmdReset records an operator decision: the next run starts from scratch
+// (or from --to-watermark). It is committed as a checkpoint, transactionally,
+// and it fences a running instance.
+func cmdReset(ctx context.Context, a *cli) error {
+	defer a.closeAll()
+	wm := ""
+	if a.toWM != "" {
+		t, err := schemas.ParseTime(a.toWM)
+		if err != nil {
+			return &ConfigError{Key: "--to-watermark", Msg: err.Error() + "; give an RFC 3339 timestamp such as 2026-01-31T00:00:00Z"}
+		}
+		wm = schemas.FormatTime(t)
+	}
+	opts, err := a.kafkaOpts()
+	if err != nil {
+		return err
+	}
+	old, err := a.store(opts).Load(ctx)
+	if err != nil {
+		return err
+	}
+	what := "from scratch (a full initial load; records already in the topic stay and are re-published where they changed)"
+	if wm != "" {
+		what = "from watermark " + wm + " (rows with updated_at < " + wm + " minus the margin are NOT read again)"
+	}
+	fmt.Fprintf(a.stdout, "reset connector %q %s\n", a.cfg.Name, what)
+	if old != nil {
+		fmt.Fprintf(a.stdout, "current checkpoint: seq %d, phase %s, watermark %s\n", old.Seq, old.Phase, orInf(old.Watermark))
+	}
+	if !a.yes {
+		fmt.Fprint(a.stdout, "type 'yes' to confirm: ")
+		line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
+		if strings.TrimSpace(line) != "yes" {
+			return fmt.Errorf("not confirmed; nothing changed (use --yes to skip the question): %w", errUsage)
+		}
+	}
+	by := a.by
+	if by == "" {
+		by = "unknown"
+		if u, err := user.Current(); err == nil {
+			by = u.Username
+		}
+		if h, err := os.Hostname(); err == nil {
+			by += "@" + h
+		}
+	}
+	sum, fields := a.cfg.Fingerprint()
+	cp := &schemas.Checkpoint{
+		Version: schemas.CheckpointVersion, Connector: a.cfg.Name, Fingerprint: sum, FingerprintFields: fields,
+		Phase: schemas.PhaseIdle, Watermark: wm, RunID: "reset",
+		CommittedAt: schemas.FormatTime(time.Now()),
+		LastReset:   &schemas.Reset{At: schemas.FormatTime(time.Now()), By: by, Reason: a.reason, Watermark: wm},
+	}
+	if old != nil {
+		cp.Seq, cp.Counters = old.Seq, old.Counters
+	}
+	cp.Seq++
+	cp.Counters.Transactions++
+	if err := a.ensureTopics(ctx, opts, false); err != nil {
+		return err
+	}
+	w, err := a.writer(ctx, opts)
+	if err != nil {
+		return err
+	}
+	b, err := schemas.EncodeCheckpoint(cp)
+	if err != nil {
+		return err
+	}
+	if err := w.Begin(ctx); err != nil {
+		return err
+	}
+	if err := w.Commit(ctx, b); err != nil {
+		return fmt.Errorf("commit the reset: %w", err)
+	}
+	a.log.Warn("operator reset committed", "connector", a.cfg.Name, "watermark", orInf(wm), "by", by, "reason", a.reason, "seq", cp.Seq)
+	fmt.Fprintf(a.stdout, "reset committed (checkpoint seq %d)\n", cp.Seq)
+	return nil
+}
+
+func orInf(ts string) string {
+	if ts == "" {
+		return "-infinity"
+	}
+	return ts
+}

@@ -1,0 +1,140 @@
+// Command tidemark streams a changing table (or a changes API) into a
+// compacted Kafka topic exactly once. See README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/tidemark/tidemark/connector"
+	"github.com/tidemark/tidemark/connector/postgres"
+)
+
+// Exit codes (CONTRACT §10).
+const (
+	exitOK       = 0
+	exitFailure  = 1 // runtime failure after retries
+	exitConfig   = 2 // bad configuration or usage
+	exitDecision = 3 // safety stop: needs an operator decision
+	exitFenced   = 4 // fenced by another instance
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, a *cli) error
+}
+
+var commands = []command{
+	{"run", "sync the source into Kafka (continuously, or --once)", cmdRun},
+	{"check", "preflight: check the source table and the topics, print what was found", cmdCheck},
+	{"status", "print the committed checkpoint", cmdStatus},
+	{"reset", "operator decision: start the connector over from scratch or from a stated watermark", cmdReset},
+	{"version", "print the version", func(_ context.Context, a *cli) error { fmt.Fprintln(a.stdout, "tidemark", version); return nil }},
+}
+
+// run is the whole CLI; main only wires the process to it, so tests run it
+// in-process.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return exitConfig
+		}
+		return exitOK
+	}
+	var cmd *command
+	for i := range commands {
+		if commands[i].name == args[0] {
+			cmd = &commands[i]
+		}
+	}
+	if cmd == nil {
+		fmt.Fprintf(stderr, "tidemark: unknown command %q\n\n", args[0])
+		usage(stderr)
+		return exitConfig
+	}
+	a := &cli{stdout: stdout, stderr: stderr, env: os.Getenv}
+	if err := a.parse(cmd.name, args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "tidemark %s: %v\n", cmd.name, err)
+		return exitConfig
+	}
+	err := cmd.run(ctx, a)
+	code := exitCode(err)
+	if err != nil {
+		if a.log != nil {
+			a.log.Error(cmd.name+" stopped", "exit_code", code, "err", err.Error())
+		}
+		fmt.Fprintf(stderr, "tidemark %s: %v\n", cmd.name, err)
+		if hint := exitHint(code); hint != "" {
+			fmt.Fprintf(stderr, "(exit %d: %s)\n", code, hint)
+		}
+	}
+	return code
+}
+
+func exitCode(err error) int {
+	var cfgErr *ConfigError
+	var stop *connector.StopError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, connector.ErrFenced):
+		return exitFenced
+	case errors.As(err, &stop):
+		return exitDecision
+	case errors.As(err, &cfgErr), errors.Is(err, postgres.ErrBadConfig), errors.Is(err, errUsage):
+		return exitConfig
+	}
+	return exitFailure
+}
+
+func exitHint(code int) string {
+	switch code {
+	case exitConfig:
+		return "bad configuration or usage; fix it and run again"
+	case exitDecision:
+		return "safety stop; nothing was guessed, an operator decision is needed"
+	case exitFenced:
+		return "another instance with the same connector name took over; this one stopped writing"
+	case exitFailure:
+		return "runtime failure after retries; the committed checkpoint is intact, run again to resume"
+	}
+	return ""
+}
+
+var errUsage = errors.New("usage")
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "tidemark %s — exactly-once delta sync from PostgreSQL to a compacted Kafka topic\n\nUsage:\n  tidemark <command> --config FILE [flags]\n\nCommands:\n", version)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	keys := ConfigKeys()
+	sort.Strings(keys)
+	fmt.Fprintf(w, "\nEvery configuration key can be set by flag (--%s orders, or --set %s=orders)\nand by environment variable (%s=orders). Precedence: flag > env > file.\n",
+		"source.table", "source.table", EnvName("source.table"))
+	fmt.Fprintf(w, "Keys: %s\n", strings.Join(keys, ", "))
+	fmt.Fprintf(w, "\nExit codes: 0 done, 1 runtime failure, 2 bad configuration, 3 safety stop (operator decision), 4 fenced.\n")
+}

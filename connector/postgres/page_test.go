@@ -1,0 +1,288 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidemark/tidemark/connector"
+	"github.com/tidemark/tidemark/connector/postgres"
+	"github.com/tidemark/tidemark/schemas"
+	"github.com/tidemark/tidemark/test/harness"
+)
+
+var t0 = time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
+
+// TestPageTiesAndMicros walks rows that tie on updated_at and rows that
+// differ only in the sixth decimal, with page boundaries landing everywhere.
+func TestPageTiesAndMicros(t *testing.T) {
+	db := harness.NewDB(t)
+	db.Exec(t, "CREATE TABLE t (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL, v text)")
+	db.Exec(t, "CREATE INDEX ON t (updated_at, id)")
+	// Five rows share one updated_at; then ids 6 and 7 one microsecond
+	// apart; id 0 sorts last despite the smallest id.
+	for id := 1; id <= 5; id++ {
+		db.Exec(t, "INSERT INTO t VALUES ($1, '2024-05-01 12:00:00.000001+00', 'tie')", id)
+	}
+	db.Exec(t, "INSERT INTO t VALUES (7, '2024-05-01 12:00:00.000002+00', 'a')")
+	db.Exec(t, "INSERT INTO t VALUES (6, '2024-05-01 12:00:00.000003+00', 'b')")
+	db.Exec(t, "INSERT INTO t VALUES (0, '2024-05-01 12:00:00.000004+00', 'c')")
+	src := open(t, config(db, "t"))
+
+	for _, limit := range []int{1, 2, 3, 1000} {
+		t.Run(fmt.Sprint("limit", limit), func(t *testing.T) {
+			rows := walk(t, src, time.Time{}, limit)
+			if got, want := ids(rows), "1,2,3,4,5,7,6,0"; got != want {
+				t.Fatalf("ids %s, want %s", got, want)
+			}
+			wantTS := []int{1, 1, 1, 1, 1, 2, 3, 4}
+			for i, r := range rows {
+				if want := t0.Add(time.Duration(wantTS[i]) * time.Microsecond); !r.UpdatedAt.Equal(want) || r.UpdatedAt.Location() != time.UTC {
+					t.Errorf("row %s updated_at %s, want %s", r.ID, schemas.FormatTime(r.UpdatedAt), schemas.FormatTime(want))
+				}
+				if r.Deleted || r.Value == nil {
+					t.Errorf("row %s: deleted %v value %s", r.ID, r.Deleted, r.Value)
+				}
+			}
+			if string(rows[5].Value) != `{"id":7,"updated_at":"2024-05-01T12:00:00.000002Z","v":"a"}` {
+				t.Errorf("value %s", rows[5].Value)
+			}
+		})
+	}
+}
+
+// TestPageShortIsNotEnd: a page shorter than the limit is not the end; only
+// an empty page is, and a row added after a short page is still read.
+func TestPageShortIsNotEnd(t *testing.T) {
+	db := harness.NewDB(t)
+	db.Exec(t, "CREATE TABLE t (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)")
+	db.Exec(t, "INSERT INTO t VALUES (1, $1), (2, $1)", t0)
+	src := open(t, config(db, "t"))
+	ctx := context.Background()
+
+	p, err := src.Page(ctx, connector.PageRequest{Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.End || len(p.Rows) != 2 || p.Next == "" {
+		t.Fatalf("short page: End %v rows %d next %q", p.End, len(p.Rows), p.Next)
+	}
+	db.Exec(t, "INSERT INTO t VALUES (3, $1)", t0)
+	p2, err := src.Page(ctx, connector.PageRequest{Cursor: p.Next, Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p2.End || ids(p2.Rows) != "3" {
+		t.Fatalf("after short page: End %v ids %q", p2.End, ids(p2.Rows))
+	}
+	p3, err := src.Page(ctx, connector.PageRequest{Cursor: p2.Next, Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p3.End || len(p3.Rows) != 0 {
+		t.Fatalf("empty page: End %v rows %d", p3.End, len(p3.Rows))
+	}
+	// An empty table ends at once.
+	db.Exec(t, "DELETE FROM t")
+	p4, err := src.Page(ctx, connector.PageRequest{Limit: 10})
+	if err != nil || !p4.End {
+		t.Fatalf("empty table: %+v %v", p4, err)
+	}
+}
+
+// TestPageIDTypes walks text, varchar, uuid, integer and smallint ids;
+// text ids must follow the column's collation exactly as ORDER BY does.
+func TestPageIDTypes(t *testing.T) {
+	db := harness.NewDB(t)
+	var icu bool
+	if err := db.Pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_collation WHERE collname = 'und-x-icu')`).Scan(&icu); err != nil || !icu {
+		t.Fatalf("collation und-x-icu is needed (PostgreSQL with ICU): %v", err)
+	}
+	textIDs := []string{"a", "B", "b", "A", "_", "a:b", "ä", "10", "9", ""}
+	cases := []struct {
+		name, typ string
+		ids       []string
+		want      string // expected order, "" = as the database orders
+	}{
+		// In C order uppercase sorts before lowercase; ICU interleaves them.
+		{"text_c", `text COLLATE "C"`, textIDs, ",10,9,A,B,_,a,a:b,b,ä"},
+		{"text_icu", `text COLLATE "und-x-icu"`, textIDs, ",_,10,9,a,A,ä,a:b,b,B"},
+		{"varchar_icu", `varchar(10) COLLATE "und-x-icu"`, textIDs, ",_,10,9,a,A,ä,a:b,b,B"},
+		{"uuid", "uuid", []string{"ffffffff-0000-0000-0000-000000000000", "00000000-0000-0000-0000-000000000001", "7fffffff-ffff-ffff-ffff-ffffffffffff", "80000000-0000-0000-0000-000000000000"},
+			"00000000-0000-0000-0000-000000000001,7fffffff-ffff-ffff-ffff-ffffffffffff,80000000-0000-0000-0000-000000000000,ffffffff-0000-0000-0000-000000000000"},
+		{"integer", "integer", []string{"-2147483648", "2147483647", "0", "-1", "10", "9"}, "-2147483648,-1,0,9,10,2147483647"},
+		{"smallint", "smallint", []string{"-32768", "32767", "2", "10"}, "-32768,2,10,32767"},
+		{"bigint", "bigint", []string{"-9223372036854775808", "9223372036854775807", "100", "99"}, "-9223372036854775808,99,100,9223372036854775807"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			db.Exec(t, fmt.Sprintf("CREATE TABLE %s (id %s PRIMARY KEY, updated_at timestamptz NOT NULL)", c.name, c.typ))
+			for _, id := range c.ids {
+				db.Exec(t, fmt.Sprintf("INSERT INTO %s VALUES ($1::text::%s, $2)", c.name, strings.Fields(c.typ)[0]), id, t0)
+			}
+			if got := dbOrder(t, db, c.name); got != c.want {
+				t.Fatalf("database order %q, test expects %q", got, c.want)
+			}
+			src := open(t, config(db, c.name))
+			for _, limit := range []int{1, 2, 1000} {
+				if got := ids(walk(t, src, time.Time{}, limit)); got != c.want {
+					t.Errorf("limit %d: walked %q, want %q", limit, got, c.want)
+				}
+			}
+		})
+	}
+}
+
+// TestPageDeletedAnchor: the cursor row is deleted between pages; the seek
+// is strictly greater than its key, so the walk continues.
+func TestPageDeletedAnchor(t *testing.T) {
+	db := harness.NewDB(t)
+	db.Exec(t, "CREATE TABLE t (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)")
+	for id := 1; id <= 5; id++ {
+		db.Exec(t, "INSERT INTO t VALUES ($1, $2)", id, t0)
+	}
+	src := open(t, config(db, "t"))
+	ctx := context.Background()
+	p, err := src.Page(ctx, connector.PageRequest{Limit: 2})
+	if err != nil || ids(p.Rows) != "1,2" {
+		t.Fatalf("first page %q %v", ids(p.Rows), err)
+	}
+	db.Exec(t, "DELETE FROM t WHERE id IN (2, 3)")
+	p, err = src.Page(ctx, connector.PageRequest{Cursor: p.Next, Limit: 2})
+	if err != nil || ids(p.Rows) != "4,5" {
+		t.Fatalf("after deleting the anchor: %q %v", ids(p.Rows), err)
+	}
+}
+
+// TestPageSinceInclusive: the first page starts at updated_at >= Since,
+// never >, to the microsecond.
+func TestPageSinceInclusive(t *testing.T) {
+	db := harness.NewDB(t)
+	db.Exec(t, "CREATE TABLE t (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)")
+	for i := range 4 {
+		db.Exec(t, "INSERT INTO t VALUES ($1, $2)", i, t0.Add(time.Duration(i)*time.Microsecond))
+	}
+	src := open(t, config(db, "t"))
+	for _, c := range []struct {
+		since time.Time
+		want  string
+	}{
+		{time.Time{}, "0,1,2,3"},
+		{t0.Add(-time.Hour), "0,1,2,3"},
+		{t0.Add(1 * time.Microsecond), "1,2,3"},
+		{t0.Add(3 * time.Microsecond), "3"},
+		{t0.Add(4 * time.Microsecond), ""},
+	} {
+		for _, limit := range []int{1, 10} {
+			if got := ids(walk(t, src, c.since, limit)); got != c.want {
+				t.Errorf("since %s limit %d: %q, want %q", schemas.FormatTime(c.since), limit, got, c.want)
+			}
+		}
+	}
+}
+
+// TestPageFilterAndSoftDelete: the filter narrows every page; soft-deleted
+// rows come out Deleted with a nil Value.
+func TestPageFilterAndSoftDelete(t *testing.T) {
+	db := harness.NewDB(t)
+	db.Exec(t, "CREATE TABLE t (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL, deleted_at timestamptz, tenant text)")
+	for id := 1; id <= 6; id++ {
+		tenant := "a"
+		if id%2 == 0 {
+			tenant = "b"
+		}
+		db.Exec(t, "INSERT INTO t VALUES ($1, $2, NULL, $3)", id, t0.Add(time.Duration(id)*time.Second), tenant)
+	}
+	db.Exec(t, "UPDATE t SET deleted_at = now() WHERE id IN (3, 4)")
+
+	cfg := config(db, "t")
+	cfg.DeletedAtColumn = "deleted_at"
+	cfg.Columns = []string{"tenant", "id"}
+	cfg.Filter = "tenant = 'a' OR id = 4"
+	src := open(t, cfg)
+	rows := walk(t, src, time.Time{}, 1)
+	if got := ids(rows); got != "1,3,4,5" {
+		t.Fatalf("filtered ids %q, want 1,3,4,5", got)
+	}
+	for _, r := range rows {
+		del := r.ID == "3" || r.ID == "4"
+		if r.Deleted != del || (r.Value == nil) != del {
+			t.Errorf("row %s: Deleted %v Value %s", r.ID, r.Deleted, r.Value)
+		}
+	}
+	if string(rows[0].Value) != `{"tenant":"a","id":1}` {
+		t.Errorf("value %s", rows[0].Value)
+	}
+}
+
+// TestPageMalformedCursor: a cursor this source did not write is refused
+// with a message that says so, never interpreted.
+func TestPageMalformedCursor(t *testing.T) {
+	db := harness.NewDB(t)
+	db.Exec(t, "CREATE TABLE t (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)")
+	db.Exec(t, "INSERT INTO t VALUES (1, $1)", t0)
+	src := open(t, config(db, "t"))
+	for _, c := range []string{
+		"garbage", "v2:1:1", "v1:", "v1:123", "v1:abc:1", "v1:+5:1", "v1:01:1",
+		"v1:1714564800000000:abc", "v1:1714564800000000:1 OR 1=1", "v1:1714564800000000:99999999999999999999",
+		"eyJjdXJzb3IiOjF9",
+	} {
+		_, err := src.Page(context.Background(), connector.PageRequest{Cursor: c, Limit: 10})
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("cursor %q from the checkpoint is not a PostgreSQL-source cursor", c)) {
+			t.Errorf("cursor %q: err %v", c, err)
+		}
+	}
+	// A well-formed cursor works and resumes after its key.
+	p, err := src.Page(context.Background(), connector.PageRequest{Cursor: fmt.Sprintf("v1:%d:0", t0.UnixMicro()), Limit: 10})
+	if err != nil || ids(p.Rows) != "1" {
+		t.Fatalf("valid cursor: %q %v", ids(p.Rows), err)
+	}
+	if p.Next != fmt.Sprintf("v1:%d:1", t0.UnixMicro()) {
+		t.Errorf("next %q", p.Next)
+	}
+	if _, err := src.Page(context.Background(), connector.PageRequest{Limit: 0}); err == nil {
+		t.Error("limit 0 accepted")
+	}
+}
+
+// TestPageNullUpdatedAt: a NULL updated_at that slipped in after startup
+// stops the page with the row's id rather than being skipped.
+func TestPageNullUpdatedAt(t *testing.T) {
+	db := harness.NewDB(t)
+	db.Exec(t, "CREATE TABLE t (id text PRIMARY KEY, updated_at timestamptz NOT NULL)")
+	src := open(t, config(db, "t"))
+	db.Exec(t, "ALTER TABLE t ALTER COLUMN updated_at DROP NOT NULL")
+	db.Exec(t, "INSERT INTO t VALUES ('row-7', NULL)")
+	_, err := src.Page(context.Background(), connector.PageRequest{Limit: 10})
+	if err == nil || !strings.Contains(err.Error(), `row id "row-7" has a NULL "updated_at"`) {
+		t.Fatalf("err %v", err)
+	}
+}
+
+// TestNewRefusesBadConfig: configuration problems are ErrBadConfig.
+func TestNewRefusesBadConfig(t *testing.T) {
+	db := harness.NewDB(t)
+	db.Exec(t, "CREATE TABLE t (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)")
+	ctx := context.Background()
+	for name, cfg := range map[string]postgres.Config{
+		"no table":       {DSN: db.URL, Schema: db.Schema},
+		"missing table":  config(db, "nope"),
+		"bad filter":     func() postgres.Config { c := config(db, "t"); c.Filter = "no_such_col = 1"; return c }(),
+		"bad syntax":     func() postgres.Config { c := config(db, "t"); c.Filter = "1 = 1) OR (true"; return c }(),
+		"missing column": func() postgres.Config { c := config(db, "t"); c.Columns = []string{"id", "nope"}; return c }(),
+		"bad dsn":        {DSN: "postgres://%zz", Table: "t"},
+	} {
+		src, err := postgres.New(ctx, cfg)
+		if err == nil {
+			src.Close()
+			t.Errorf("%s: accepted", name)
+			continue
+		}
+		if !errors.Is(err, postgres.ErrBadConfig) {
+			t.Errorf("%s: %v is not ErrBadConfig", name, err)
+		}
+	}
+}
