@@ -76,6 +76,10 @@ func StartPostgres(t testing.TB) *Postgres {
 	return p
 }
 
+// StartCluster starts a throwaway cluster outside of a test (the demo and
+// the benchmarks use it). The caller must Stop it.
+func StartCluster() (*Postgres, error) { return startCluster() }
+
 func startPostgres() (*Postgres, error) {
 	if u := os.Getenv("DATABASE_URL"); u != "" {
 		return &Postgres{URL: u}, nil
