@@ -61,17 +61,18 @@ func checkFilter(f string) error {
 			}
 			i = j + 1
 		case c == '$':
-			if i+1 < len(f) && f[i+1] >= '0' && f[i+1] <= '9' {
-				return fmt.Errorf("parameter placeholder %q is not allowed; write the value literally", f[i:i+2])
-			}
-			// Dollar quote $tag$...$tag$ (tag may be empty); a '$' inside an
-			// identifier is not a quote.
+			// A '$' inside an identifier (a$1) is neither a placeholder nor
+			// a quote.
 			if i > 0 && isIdentChar(f[i-1]) {
 				i++
 				continue
 			}
+			if i+1 < len(f) && f[i+1] >= '0' && f[i+1] <= '9' {
+				return fmt.Errorf("parameter placeholder %q is not allowed; write the value literally", f[i:i+2])
+			}
+			// Dollar quote $tag$...$tag$ (tag may be empty).
 			j := i + 1
-			for j < len(f) && isIdentChar(f[j]) {
+			for j < len(f) && f[j] != '$' && isIdentChar(f[j]) {
 				j++
 			}
 			if j >= len(f) || f[j] != '$' {

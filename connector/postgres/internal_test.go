@@ -28,7 +28,7 @@ func TestCheckFilter(t *testing.T) {
 
 func TestArrayMalformed(t *testing.T) {
 	e := rowEncoder{}
-	for _, v := range []string{"", "1,2", "{1,2", "{1,,2}", "{1,}", "{1}x", "{1}}", `{"a}`, "[1:2]{1,2}", "{{1}", "{1 2}"} {
+	for _, v := range []string{"", "1,2", "{1,2", "{1,,2}", "{1,}", "{1}x", "{1}}", `{"a}`, "[1:2]{1,2}", "{{1}"} {
 		if out, err := e.appendArray(nil, []byte(v), kindNumber, ','); err == nil {
 			t.Errorf("%q accepted as %s", v, out)
 		}
