@@ -21,11 +21,12 @@ type Publisher interface {
 	// Publish adds one row (an upsert, or a tombstone when Deleted) to the
 	// open transaction. Delivery errors may surface here or at Commit.
 	Publish(ctx context.Context, r *Row) error
-	// Commit writes checkpoint to the offsets topic in the same
-	// transaction, flushes and commits. An error means the outcome is
-	// failed or unknown: the engine then calls Reset and reloads the
-	// checkpoint; it never retries a commit.
-	Commit(ctx context.Context, checkpoint []byte) error
+	// Commit writes checkpoint to the offsets topic and ledger to the
+	// ledger topic in the same transaction, flushes and commits. Either may
+	// be nil (a run-start ledger entry has no checkpoint). An error means
+	// the outcome is failed or unknown: the engine then calls Reset and
+	// reloads the checkpoint; it never retries a commit.
+	Commit(ctx context.Context, checkpoint, ledger []byte) error
 	// Abort aborts the open transaction, if any.
 	Abort(ctx context.Context) error
 	// Reset discards the producer session after a failure and starts a new
@@ -138,11 +139,14 @@ type Engine struct {
 	txBytes   int64
 	txPages   int
 	txStart   time.Time
+	txKeys    int64
+	txKeySum  uint64 // sum of FNV-1a 64 of the published keys
 
 	// For the completion record.
 	startCounters schemas.Counters
 	committed     schemas.Checkpoint // last committed, without Boundary
 	resumedFrom   string
+	startReason   string
 	lastEnd       endEvidence
 	passesRun     int
 }
@@ -200,6 +204,9 @@ func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 	if err := e.load(ctx, true); err != nil {
 		return nil, err
 	}
+	if err := e.startRun(ctx); err != nil {
+		return nil, err
+	}
 	failures := 0
 	for {
 		err := e.pass(ctx)
@@ -240,10 +247,45 @@ func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 	}
 }
 
+// startRun records in the ledger where this run resumed from and why, in a
+// transaction of its own.
+func (e *Engine) startRun(ctx context.Context) error {
+	entry := &schemas.LedgerEntry{
+		Version: schemas.LedgerVersion, Connector: e.cfg.Name, Kind: schemas.LedgerRun, RunID: e.runID,
+		Seq: e.cp.Seq, At: schemas.FormatTime(e.cfg.Now()), Reason: e.startReason, Detail: e.resumedFrom,
+		Phase: e.cp.Phase, RequestCursor: e.cp.Cursor, NextCursor: e.cp.Cursor, Watermark: e.cp.Watermark,
+		Counters: e.cp.Counters,
+	}
+	b, err := schemas.EncodeLedgerEntry(entry)
+	if err != nil {
+		return err
+	}
+	for attempt := 1; ; attempt++ {
+		err := e.pub.Begin(ctx)
+		if err == nil {
+			err = e.pub.Commit(context.WithoutCancel(ctx), nil, b)
+		}
+		if err == nil {
+			e.log.Info("run started", "run_id", e.runID, "reason", e.startReason, "from", e.resumedFrom)
+			return nil
+		}
+		if Fatal(err) || attempt >= e.cfg.MaxAttempts || ctx.Err() != nil {
+			return fmt.Errorf("record the run start in the ledger: %w", err)
+		}
+		e.log.Warn("record the run start in the ledger failed; retrying", "err", err, "attempt", attempt)
+		if !e.sleep(ctx, backoff(attempt)) {
+			return ctx.Err()
+		}
+		if err := e.pub.Reset(ctx); err != nil && Fatal(err) {
+			return err
+		}
+	}
+}
+
 // recover resets the producer session and reloads the committed checkpoint,
 // discarding everything not committed.
 func (e *Engine) recover(ctx context.Context) error {
-	e.txOpen = false
+	e.resetTx()
 	if err := e.pub.Reset(ctx); err != nil {
 		return fmt.Errorf("reset producer: %w", err)
 	}
@@ -261,6 +303,7 @@ func (e *Engine) load(ctx context.Context, first bool) error {
 		cp = &schemas.Checkpoint{Phase: schemas.PhaseIdle}
 		if first {
 			e.resumedFrom = "fresh start: no checkpoint"
+			e.startReason = schemas.ReasonFresh
 		}
 	} else {
 		if cp.NeedsDecision != "" {
@@ -273,7 +316,12 @@ func (e *Engine) load(ctx context.Context, first bool) error {
 			return e.fingerprintStop(cp)
 		}
 		if first {
-			e.resumedFrom = fmt.Sprintf("resumed: phase %s, watermark %s, seq %d", cp.Phase, orInf(cp.Watermark), cp.Seq)
+			e.resumedFrom = fmt.Sprintf("resumed: phase %s, watermark %s, cursor %q, seq %d", cp.Phase, orInf(cp.Watermark), cp.Cursor, cp.Seq)
+			e.startReason = schemas.ReasonResumed
+			if cp.LastReset != nil && cp.RunID == schemas.ResetRunID {
+				e.resumedFrom = fmt.Sprintf("after a reset by %s to watermark %s (%s), seq %d", cp.LastReset.By, orInf(cp.LastReset.Watermark), cp.LastReset.Reason, cp.Seq)
+				e.startReason = schemas.ReasonReset
+			}
 		}
 	}
 	cp.Version = schemas.CheckpointVersion

@@ -142,17 +142,22 @@ type rig struct {
 	name    string
 	topic   string
 	offsets string
+	ledger  string
+}
+
+func (r *rig) store() *offsets.Store {
+	return offsets.NewStore(r.opts, r.offsets, r.name).FailClosed(offsets.NewLedger(r.opts, r.ledger, r.name), r.topic)
 }
 
 func newRig(t *testing.T) *rig {
 	k := harness.NewKafka(t)
-	r := &rig{t: t, kafka: k, opts: []kgo.Opt{kgo.SeedBrokers(k.Brokers...)}, name: "c1", topic: "data", offsets: "tidemark-offsets"}
+	r := &rig{t: t, kafka: k, opts: []kgo.Opt{kgo.SeedBrokers(k.Brokers...)}, name: "c1", topic: "data", offsets: "tidemark-offsets", ledger: "tidemark-ledger"}
 	cl, err := kgo.NewClient(r.opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	if _, err := producer.EnsureTopics(context.Background(), cl, producer.Topics{Data: r.topic, Partitions: 3, ReplicationFactor: -1, Offsets: r.offsets}); err != nil {
+	if _, err := producer.EnsureTopics(context.Background(), cl, producer.Topics{Data: r.topic, Partitions: 3, ReplicationFactor: -1, Offsets: r.offsets, Ledger: r.ledger}); err != nil {
 		t.Fatal(err)
 	}
 	return r
@@ -161,7 +166,7 @@ func newRig(t *testing.T) *rig {
 func (r *rig) engine(src connector.Source, cfg connector.Config) (*connector.Engine, *producer.Writer) {
 	r.t.Helper()
 	ctx := context.Background()
-	w, err := producer.New(ctx, producer.Config{Name: r.name, Topic: r.topic, OffsetsTopic: r.offsets, Opts: r.opts})
+	w, err := producer.New(ctx, producer.Config{Name: r.name, Topic: r.topic, OffsetsTopic: r.offsets, LedgerTopic: r.ledger, Opts: r.opts})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -173,7 +178,7 @@ func (r *rig) engine(src connector.Source, cfg connector.Config) (*connector.Eng
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(testWriter{r.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	e, err := connector.New(cfg, src, w, offsets.NewStore(r.opts, r.offsets, r.name))
+	e, err := connector.New(cfg, src, w, r.store())
 	if err != nil {
 		r.t.Fatal(err)
 	}

@@ -154,6 +154,8 @@ func (e *Engine) apply(ctx context.Context, rows []Row) error {
 		}
 		e.txRecords++
 		e.txBytes += int64(len(r.ID) + len(r.Value))
+		e.txKeys++
+		e.txKeySum += fnv64(r.ID)
 		e.cp.Counters.Published++
 		if r.Deleted {
 			e.cp.Counters.Tombstones++
@@ -221,7 +223,7 @@ func (e *Engine) endPass(ctx context.Context) error {
 	// unchanged table costs no transaction. The committed checkpoint
 	// already says "idle at W", unless the pass was resumed.
 	if !e.txOpen && e.cp.Watermark == oldW && e.committed.Phase == schemas.PhaseIdle && wasPass != schemas.PhaseSnapshot {
-		e.txRecords, e.txBytes, e.txPages, e.txStart = 0, 0, 0, time.Time{}
+		e.resetTx()
 		return nil
 	}
 	return e.commit(ctx)
@@ -247,12 +249,17 @@ func (e *Engine) commit(ctx context.Context) error {
 		e.abort(ctx)
 		return fmt.Errorf("encode checkpoint: %w", err)
 	}
+	led, err := schemas.EncodeLedgerEntry(e.ledgerEntry())
+	if err != nil {
+		e.abort(ctx)
+		return fmt.Errorf("encode ledger entry: %w", err)
+	}
 	// Never cancel an in-flight EndTransaction: finish on a context that
 	// survives shutdown, bounded by a timeout.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
 	took := time.Now()
-	err = e.pub.Commit(cctx, buf)
+	err = e.pub.Commit(cctx, buf, led)
 	e.txOpen = false
 	if err != nil {
 		return fmt.Errorf("commit transaction seq %d: %w", e.cp.Seq, err)
@@ -261,8 +268,37 @@ func (e *Engine) commit(ctx context.Context) error {
 		"phase", e.cp.Phase, "watermark", orInf(e.cp.Watermark), "cursor", e.cp.Cursor,
 		"took", time.Since(took).Round(time.Microsecond))
 	e.committed = *e.cp
-	e.txRecords, e.txBytes, e.txPages, e.txStart = 0, 0, 0, time.Time{}
+	e.resetTx()
 	return nil
+}
+
+// resetTx forgets the open transaction's bookkeeping.
+func (e *Engine) resetTx() {
+	e.txOpen = false
+	e.txRecords, e.txBytes, e.txPages, e.txStart = 0, 0, 0, time.Time{}
+	e.txKeys, e.txKeySum = 0, 0
+}
+
+// ledgerEntry describes the transaction being committed.
+func (e *Engine) ledgerEntry() *schemas.LedgerEntry {
+	c, p := e.cp.Counters, e.committed.Counters
+	return &schemas.LedgerEntry{
+		Version: schemas.LedgerVersion, Connector: e.cfg.Name, Kind: schemas.LedgerTxn, RunID: e.runID,
+		Seq: e.cp.Seq, At: e.cp.CommittedAt, Phase: e.cp.Phase,
+		RequestCursor: e.committed.Cursor, NextCursor: e.cp.Cursor, Watermark: e.cp.Watermark,
+		Pages: c.Pages - p.Pages, Raw: c.Raw - p.Raw, Published: c.Published - p.Published,
+		Deduped: c.Deduped - p.Deduped, Tombstones: c.Tombstones - p.Tombstones,
+		Keys: e.txKeys, KeysDigest: fmt.Sprintf("%016x", e.txKeySum), Counters: c,
+	}
+}
+
+func fnv64(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
 }
 
 // pruneMidPass drops B entries that neither this pass (its cursor is past

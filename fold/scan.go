@@ -19,6 +19,16 @@ var ErrNoTopic = errors.New("topic does not exist")
 // Scan began. opts configure the connection (brokers, TLS, SASL); Scan adds
 // its own consumer options.
 func Scan(ctx context.Context, opts []kgo.Opt, topic string, fn func(*kgo.Record) error) error {
+	return ScanTail(ctx, opts, topic, -1, fn)
+}
+
+// ErrStop may be returned by a Scan callback to end the scan early; Scan
+// then returns nil.
+var ErrStop = errors.New("stop scan")
+
+// ScanTail is Scan over at most the last n offsets of each partition (n < 0:
+// all of them).
+func ScanTail(ctx context.Context, opts []kgo.Opt, topic string, n int64, fn func(*kgo.Record) error) error {
 	adm, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("scan %s: %w", topic, err)
@@ -31,6 +41,9 @@ func Scan(ctx context.Context, opts []kgo.Opt, topic string, fn func(*kgo.Record
 	want := map[int32]kgo.Offset{}
 	remaining := map[int32]int64{} // partition -> last offset to reach
 	for p, end := range ends {
+		if n >= 0 && end-n > starts[p] {
+			starts[p] = end - n
+		}
 		if end > starts[p] {
 			want[p] = kgo.NewOffset().At(starts[p])
 			remaining[p] = end - 1
@@ -78,6 +91,9 @@ func Scan(ctx context.Context, opts []kgo.Opt, topic string, fn func(*kgo.Record
 			}
 			cberr = fn(r)
 		})
+		if errors.Is(cberr, ErrStop) {
+			return nil
+		}
 		if cberr != nil {
 			return cberr
 		}

@@ -17,6 +17,8 @@ type Store struct {
 	opts      []kgo.Opt
 	topic     string
 	connector string
+	ledger    *Ledger
+	dataTopic string
 }
 
 var _ connector.CheckpointStore = (*Store)(nil)
@@ -27,15 +29,66 @@ func NewStore(opts []kgo.Opt, topic, connectorName string) *Store {
 	return &Store{opts: opts, topic: topic, connector: connectorName}
 }
 
+// FailClosed makes Load refuse to report "no checkpoint" when there is
+// evidence that the connector ran before: committed entries in its ledger,
+// or records of this connector (header connector = name) in dataTopic.
+// Either means the checkpoint was lost, and starting over (from scratch or
+// from "now") would be a guess.
+func (s *Store) FailClosed(ledger *Ledger, dataTopic string) *Store {
+	s.ledger, s.dataTopic = ledger, dataTopic
+	return s
+}
+
 // Load returns the latest committed checkpoint, or nil when the connector
-// has none (or was reset to scratch with a tombstone). Only committed
-// records are read (read_committed).
+// has none. Only committed records are read (read_committed). With
+// FailClosed it also audits the checkpoint against the ledger and refuses a
+// missing checkpoint that evidence says should exist (a *connector.StopError).
 func (s *Store) Load(ctx context.Context) (*schemas.Checkpoint, error) {
 	cps, err := s.History(ctx)
-	if err != nil || len(cps) == 0 {
+	if err != nil {
 		return nil, err
 	}
-	return cps[len(cps)-1], nil
+	var cp *schemas.Checkpoint
+	if len(cps) > 0 {
+		cp = cps[len(cps)-1]
+	}
+	if s.ledger != nil {
+		if err := s.ledger.Audit(ctx, cp); err != nil {
+			return nil, err
+		}
+	}
+	if cp == nil && s.dataTopic != "" {
+		if err := s.noRecordsOfOurs(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return cp, nil
+}
+
+// noRecordsOfOurs fails when the data topic already holds a committed record
+// published by this connector.
+func (s *Store) noRecordsOfOurs(ctx context.Context) error {
+	var found *kgo.Record
+	err := fold.Scan(ctx, s.opts, s.dataTopic, func(r *kgo.Record) error {
+		for _, h := range r.Headers {
+			if h.Key == schemas.HeaderConnector && string(h.Value) == s.connector {
+				found = r
+				return fold.ErrStop
+			}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, fold.ErrNoTopic) {
+		return fmt.Errorf("look for earlier records of %q in %s: %w", s.connector, s.dataTopic, err)
+	}
+	if found != nil {
+		return &connector.StopError{
+			Reason: fmt.Sprintf("there is no checkpoint for connector %q in %s, but the data topic %s already holds its records (partition %d offset %d): the checkpoint was lost",
+				s.connector, s.topic, s.dataTopic, found.Partition, found.Offset),
+			Hint: "nothing was written; if the offsets topic was deleted on purpose, run `tidemark reset` (to scratch re-publishes every row; --to-watermark resumes from a stated point)",
+		}
+	}
+	return nil
 }
 
 // History returns every committed checkpoint of the connector still in the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -26,6 +27,10 @@ type Topics struct {
 	AllowNonCompacted bool
 	// Offsets is the offsets topic: compacted, exactly one partition.
 	Offsets string
+	// Ledger ("" = none) is the ledger topic: one partition, time-based
+	// retention of LedgerRetention (default 7 days).
+	Ledger          string
+	LedgerRetention time.Duration
 }
 
 // EnsureTopics creates missing topics and checks existing ones against
@@ -57,6 +62,26 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, t Topics) ([]string, erro
 		}
 		if !strings.Contains(cfg["cleanup.policy"], "compact") {
 			return fmt.Errorf("offsets topic %q has cleanup.policy=%s; checkpoints would expire and the connector would have to stop; make it compact or use another kafka.offsets_topic: %w", t.Offsets, cfg["cleanup.policy"], connector.ErrPermanent)
+		}
+		return nil
+	})
+	if err != nil {
+		return report, err
+	}
+	report = append(report, line)
+	if t.Ledger == "" {
+		return report, nil
+	}
+	ret := t.LedgerRetention
+	if ret <= 0 {
+		ret = 7 * 24 * time.Hour
+	}
+	line, err = ensure(ctx, adm, t.Ledger, 1, t.ReplicationFactor, map[string]*string{
+		"cleanup.policy": kadm.StringPtr("delete"),
+		"retention.ms":   kadm.StringPtr(strconv.FormatInt(ret.Milliseconds(), 10)),
+	}, func(cfg map[string]string, parts int) error {
+		if parts != 1 {
+			return fmt.Errorf("ledger topic %q has %d partitions; it must have exactly 1 so entries stay in commit order; use another kafka.ledger_topic: %w", t.Ledger, parts, connector.ErrPermanent)
 		}
 		return nil
 	})

@@ -20,9 +20,11 @@ import (
 type Config struct {
 	// Name is the connector name: the transactional id is TransactionalID(Name).
 	Name string
-	// Topic is the data topic; OffsetsTopic holds the checkpoint.
+	// Topic is the data topic; OffsetsTopic holds the checkpoint;
+	// LedgerTopic ("" = none) holds the ledger entries.
 	Topic        string
 	OffsetsTopic string
+	LedgerTopic  string
 	// TransactionTimeout is the broker-side timeout of an open transaction;
 	// default 60s. It must exceed the engine's transaction duration bound.
 	TransactionTimeout time.Duration
@@ -183,19 +185,20 @@ func (w *Writer) Publish(ctx context.Context, r *connector.Row) error {
 	return nil
 }
 
-// Commit produces the checkpoint, flushes everything and commits. Any
-// failure leaves the outcome to Reset: the engine never retries a commit.
-func (w *Writer) Commit(ctx context.Context, checkpoint []byte) error {
+// Commit produces the checkpoint and the ledger entry (either may be nil),
+// flushes everything and commits. Any failure leaves the outcome to Reset:
+// the engine never retries a commit.
+func (w *Writer) Commit(ctx context.Context, checkpoint, ledger []byte) error {
 	if len(checkpoint) > MaxCheckpointBytes-4096 {
 		_ = w.Abort(ctx)
 		return fmt.Errorf("checkpoint of %d bytes exceeds %d; lower sync.dedupe_max_entries: %w", len(checkpoint), MaxCheckpointBytes, connector.ErrPermanent)
 	}
-	w.cl.Produce(ctx, &kgo.Record{
-		Topic:     w.cfg.OffsetsTopic,
-		Partition: 0,
-		Key:       []byte(w.cfg.Name),
-		Value:     checkpoint,
-	}, w.promise)
+	if checkpoint != nil {
+		w.cl.Produce(ctx, &kgo.Record{Topic: w.cfg.OffsetsTopic, Key: []byte(w.cfg.Name), Value: checkpoint}, w.promise)
+	}
+	if ledger != nil && w.cfg.LedgerTopic != "" {
+		w.cl.Produce(ctx, &kgo.Record{Topic: w.cfg.LedgerTopic, Key: []byte(w.cfg.Name), Value: ledger}, w.promise)
+	}
 	if err := w.cl.Flush(ctx); err != nil {
 		_ = w.Abort(ctx)
 		return fmt.Errorf("flush: %w", classify(err))

@@ -63,6 +63,9 @@ type Checkpoint struct {
 	LastReset *Reset `json:"last_reset,omitempty"`
 }
 
+// ResetRunID is the run id of a checkpoint written by `tidemark reset`.
+const ResetRunID = "reset"
+
 // Reset records an operator decision to start over.
 type Reset struct {
 	// At is when the reset was committed.

@@ -60,8 +60,9 @@ func explainParams(t *table) []any {
 //
 //  1. with enable_seqscan and enable_sort off (SET LOCAL). These settings
 //     only penalise a plan; if no index can deliver the order, the plan
-//     still contains a Sort. A Sort here means no usable index: Warn with
-//     the CREATE INDEX to run.
+//     still contains a Sort. A Sort here means no usable index, an
+//     Incremental Sort means an index on updated_at alone: Warn with the
+//     CREATE INDEX to run.
 //  2. with the normal settings. If the planner still chooses a Sort over a
 //     Seq Scan although an index exists, that matters only on a big table
 //     (statistics are stale or the filter defeats the index): Warn with
@@ -97,13 +98,21 @@ func checkIndex(ctx context.Context, pool *pgxpool.Pool, cfg Config, t *table, q
 		return fmt.Errorf("check index: %w", err)
 	}
 	cols := quote(t.updatedAt.name) + ", " + quote(t.id.name)
-	if forced.has("Sort") {
-		concurrently := "CONCURRENTLY "
-		if t.relkind == 'p' {
-			concurrently = "" // not supported on a partitioned parent
-		}
+	concurrently := "CONCURRENTLY "
+	if t.relkind == 'p' {
+		concurrently = "" // not supported on a partitioned parent
+	}
+	switch {
+	case forced.has("Sort"):
 		rep.warn("index", "no index serves ORDER BY %s on %s: every page would sort the table (EXPLAIN shows a Sort). Run: CREATE INDEX %sON %s (%s);",
 			cols, t.ident, concurrently, t.ident, cols)
+		return nil
+	case forced.has("Incremental Sort"):
+		// An index on updated_at alone: each page re-reads and sorts every
+		// row sharing the cursor's updated_at, which a bulk update makes
+		// the whole table.
+		rep.warn("index", "an index serves ORDER BY %s on %s only partly (EXPLAIN shows an Incremental Sort): rows sharing one updated_at, as after a bulk update, are re-read and sorted on every page. Run: CREATE INDEX %sON %s (%s);",
+			quote(t.updatedAt.name), t.ident, concurrently, t.ident, cols)
 		return nil
 	}
 	if natural.sortOverSeqScan() && t.reltuples >= 10000 {

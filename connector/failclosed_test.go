@@ -1,0 +1,88 @@
+package connector_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark/tidemark/connector"
+	"github.com/tidemark/tidemark/offsets"
+	"github.com/tidemark/tidemark/schemas"
+)
+
+func deleteTopic(t *testing.T, r *rig, topic string) {
+	t.Helper()
+	cl, err := kgo.NewClient(r.opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := kadm.NewClient(cl).DeleteTopics(context.Background(), topic); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLostCheckpointIsASafetyStop(t *testing.T) {
+	r := newRig(t)
+	m := newMemTable()
+	for i := range 10 {
+		m.set(fmt.Sprintf("k%d", i), t0.Add(time.Duration(i)*time.Second), "v", false)
+	}
+	r.once(m, connector.Config{PageSize: 4})
+	deleteTopic(t, r, r.offsets)
+	for attempt := range 3 { // every time, not just once
+		e, _ := r.engine(m, connector.Config{PageSize: 4})
+		_, err := e.Run(context.Background(), connector.Once)
+		var stop *connector.StopError
+		if !errorsAs(err, &stop) || !strings.Contains(err.Error(), "checkpoint was lost") {
+			t.Fatalf("attempt %d: want a safety stop for the lost checkpoint, got %v", attempt, err)
+		}
+	}
+	// Without the ledger, the data topic's records are the evidence.
+	deleteTopic(t, r, r.ledger)
+	st := offsets.NewStore(r.opts, r.offsets, r.name).FailClosed(nil, r.topic)
+	if _, err := st.Load(context.Background()); err == nil || !strings.Contains(err.Error(), "already holds its records") {
+		t.Fatalf("want a stop naming the data topic's records, got %v", err)
+	}
+}
+
+func TestLedgerRecordsRunsAndTransactions(t *testing.T) {
+	r := newRig(t)
+	m := newMemTable()
+	for i := range 10 {
+		m.set(fmt.Sprintf("k%d", i), t0.Add(time.Duration(i)*time.Second), "v", false)
+	}
+	r.once(m, connector.Config{PageSize: 3, TxnMaxRecords: 3})
+	r.once(m, connector.Config{PageSize: 3, TxnMaxRecords: 3})
+	var runs, txns []*schemas.LedgerEntry
+	var published int64
+	err := offsets.NewLedger(r.opts, r.ledger, r.name).Entries(context.Background(), 0, func(e *schemas.LedgerEntry) error {
+		switch e.Kind {
+		case schemas.LedgerRun:
+			runs = append(runs, e)
+		case schemas.LedgerTxn:
+			txns = append(txns, e)
+			published += e.Published
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 2 || runs[0].Reason != schemas.ReasonFresh || runs[1].Reason != schemas.ReasonResumed {
+		t.Fatalf("runs: %+v", runs)
+	}
+	if published != 10 || len(txns) < 4 {
+		t.Fatalf("txn entries: %d, published %d", len(txns), published)
+	}
+	for i := 1; i < len(txns); i++ {
+		if txns[i].Seq != txns[i-1].Seq+1 || txns[i].RequestCursor != txns[i-1].NextCursor {
+			t.Fatalf("entries %d and %d do not chain: %+v %+v", i-1, i, txns[i-1], txns[i])
+		}
+	}
+}

@@ -1,0 +1,177 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tidemark/tidemark/connector/postgres"
+	"github.com/tidemark/tidemark/test/harness"
+)
+
+// find returns the findings of one check.
+func find(r postgres.Report, check string) []postgres.Finding {
+	var out []postgres.Finding
+	for _, f := range r.Findings {
+		if f.Check == check {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// wantFinding fails unless the report has a finding of check with the
+// severity whose message contains every fragment.
+func wantFinding(t *testing.T, r postgres.Report, check string, sev postgres.Severity, fragments ...string) {
+	t.Helper()
+	for _, f := range find(r, check) {
+		if f.Severity != sev {
+			continue
+		}
+		ok := true
+		for _, frag := range fragments {
+			ok = ok && strings.Contains(f.Message, frag)
+		}
+		if ok {
+			return
+		}
+	}
+	t.Errorf("no %s %s finding containing %q in:\n%s", sev, check, fragments, r)
+}
+
+func check(t *testing.T, cfg postgres.Config) postgres.Report {
+	t.Helper()
+	r, err := postgres.Check(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	return r
+}
+
+func TestCheckHealthyTable(t *testing.T) {
+	db := harness.NewDB(t)
+	db.Exec(t, "CREATE TABLE t (id uuid PRIMARY KEY, updated_at timestamptz NOT NULL, deleted_at timestamptz, v text)")
+	db.Exec(t, "CREATE INDEX t_seek ON t (updated_at, id)")
+	cfg := config(db, "t")
+	cfg.DeletedAtColumn = "deleted_at"
+	cfg.Filter = "v <> 'x'"
+	r := check(t, cfg)
+	if err := r.Err(); err != nil {
+		t.Fatalf("healthy table fails: %v\n%s", err, r)
+	}
+	for _, f := range r.Findings {
+		if f.Severity != postgres.OK {
+			t.Errorf("unexpected %s", f)
+		}
+	}
+	wantFinding(t, r, "index", postgres.OK, `"t_seek"`)
+	wantFinding(t, r, "id", postgres.OK, `"id" is uuid`)
+	wantFinding(t, r, "filter", postgres.OK)
+
+	// The method form on a live source agrees.
+	src := open(t, cfg)
+	r2, err := src.Check(context.Background())
+	if err != nil || r2.String() != r.String() {
+		t.Errorf("Source.Check: %v\n%s\nvs\n%s", err, r2, r)
+	}
+}
+
+func TestCheckFailures(t *testing.T) {
+	db := harness.NewDB(t)
+	s := pgx.Identifier{db.Schema}.Sanitize()
+	cases := []struct {
+		name, ddl string
+		cfg       func(*postgres.Config)
+		check     string
+		fragments []string
+	}{
+		{"missing table", "", nil, "table", []string{s + `."nope" does not exist`}},
+		{"nullable updated_at", "CREATE TABLE %s (id bigint PRIMARY KEY, updated_at timestamptz)", nil, "updated_at",
+			[]string{"skipped forever", "ALTER TABLE " + s + `."nullable updated_at" ALTER COLUMN "updated_at" SET NOT NULL`}},
+		{"timestamp without tz", "CREATE TABLE %s (id bigint PRIMARY KEY, updated_at timestamp NOT NULL)", nil, "updated_at",
+			[]string{"timestamp without time zone", "must be timestamptz", "TYPE timestamptz USING"}},
+		{"updated_at wrong type", "CREATE TABLE %s (id bigint PRIMARY KEY, updated_at bigint NOT NULL)", nil, "updated_at",
+			[]string{`"updated_at"`, "is bigint", "timestamptz NOT NULL"}},
+		{"missing updated_at", "CREATE TABLE %s (id bigint PRIMARY KEY, modified timestamptz NOT NULL)", nil, "updated_at",
+			[]string{`"updated_at" does not exist`, "it has: id, modified"}},
+		{"non-unique id", "CREATE TABLE %s (id bigint NOT NULL, updated_at timestamptz NOT NULL)", nil, "id",
+			[]string{`"id"`, "is not unique", "CREATE UNIQUE INDEX CONCURRENTLY ON " + s + `."non-unique id" ("id")`}},
+		{"unique over two columns", "CREATE TABLE %s (id bigint NOT NULL, k int, updated_at timestamptz NOT NULL, UNIQUE (id, k))", nil, "id",
+			[]string{"is not unique"}},
+		{"partial unique", "CREATE TABLE %s (id bigint NOT NULL, updated_at timestamptz NOT NULL); CREATE UNIQUE INDEX ON %[1]s (id) WHERE id > 0", nil, "id",
+			[]string{"is not unique"}},
+		{"nullable id", "CREATE TABLE %s (id bigint UNIQUE, updated_at timestamptz NOT NULL)", nil, "id",
+			[]string{"is nullable", `ALTER COLUMN "id" SET NOT NULL`}},
+		{"id wrong type", "CREATE TABLE %s (id numeric PRIMARY KEY, updated_at timestamptz NOT NULL)", nil, "id",
+			[]string{`id column "id"`, "has type numeric", "bigint, integer, smallint, text, varchar or uuid"}},
+		{"missing id", "CREATE TABLE %s (pk bigint PRIMARY KEY, updated_at timestamptz NOT NULL)", nil, "id",
+			[]string{`id column "id" does not exist`}},
+		{"deleted_at wrong type", "CREATE TABLE %s (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL, deleted_at boolean)",
+			func(c *postgres.Config) { c.DeletedAtColumn = "deleted_at" }, "deleted_at", []string{"is boolean", "must be timestamptz"}},
+		{"missing column", "CREATE TABLE %s (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)",
+			func(c *postgres.Config) { c.Columns = []string{"id", "ghost"} }, "columns", []string{`"ghost"`}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			table := c.name
+			if c.ddl != "" {
+				db.Exec(t, fmt.Sprintf(c.ddl, pgx.Identifier{table}.Sanitize()))
+			} else {
+				table = "nope"
+			}
+			cfg := config(db, table)
+			if c.cfg != nil {
+				c.cfg(&cfg)
+			}
+			r := check(t, cfg)
+			wantFinding(t, r, c.check, postgres.Fail, c.fragments...)
+			if err := r.Err(); !errors.Is(err, postgres.ErrBadConfig) {
+				t.Errorf("Report.Err = %v, want ErrBadConfig", err)
+			}
+			// New refuses the same table with the same message.
+			src, err := postgres.New(context.Background(), cfg)
+			if err == nil {
+				src.Close()
+				t.Fatal("New accepted the table")
+			}
+			if !errors.Is(err, postgres.ErrBadConfig) || !strings.Contains(err.Error(), c.fragments[0]) {
+				t.Errorf("New: %v", err)
+			}
+		})
+	}
+}
+
+// TestCheckIndex: without an index serving ORDER BY updated_at, id the
+// preflight warns with the exact statement to run; with one it is OK even
+// on a tiny table where the planner would rather sort.
+func TestCheckIndex(t *testing.T) {
+	db := harness.NewDB(t)
+	s := pgx.Identifier{db.Schema}.Sanitize()
+	db.Exec(t, `CREATE TABLE "Big Table" ("ID" text PRIMARY KEY, "Updated At" timestamptz NOT NULL)`)
+	db.Exec(t, `INSERT INTO "Big Table" SELECT g::text, now() FROM generate_series(1, 100) g`)
+	db.Exec(t, `ANALYZE "Big Table"`)
+	cfg := config(db, "Big Table")
+	cfg.IDColumn, cfg.UpdatedAtColumn = "ID", "Updated At"
+
+	r := check(t, cfg)
+	want := `CREATE INDEX CONCURRENTLY ON ` + s + `."Big Table" ("Updated At", "ID");`
+	wantFinding(t, r, "index", postgres.Warn, "Run: "+want, "Sort")
+	if r.Err() != nil {
+		t.Errorf("a missing index is a warning, not a failure: %v", r.Err())
+	}
+
+	// An index on updated_at alone does not serve the order either.
+	db.Exec(t, `CREATE INDEX ON "Big Table" ("Updated At")`)
+	wantFinding(t, check(t, cfg), "index", postgres.Warn, want)
+
+	db.Exec(t, want)
+	r = check(t, cfg)
+	wantFinding(t, r, "index", postgres.OK, "serves ORDER BY")
+	if n := len(find(r, "index")); n != 1 {
+		t.Errorf("%d index findings", n)
+	}
+}
