@@ -78,6 +78,8 @@ type Config struct {
 	MaxAttempts int
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// Observer receives events for metrics; default none.
+	Observer Observer
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
@@ -115,6 +117,9 @@ func (c *Config) defaults() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.Observer == nil {
+		c.Observer = nopObserver{}
+	}
 }
 
 // Engine walks a Source and publishes through a Publisher. It is not safe
@@ -141,6 +146,8 @@ type Engine struct {
 	txStart   time.Time
 	txKeys    int64
 	txKeySum  uint64 // sum of FNV-1a 64 of the published keys
+	txNewest  int64  // µs; newest/oldest updated_at published in the txn
+	txOldest  int64
 
 	// For the completion record.
 	startCounters schemas.Counters
@@ -202,9 +209,15 @@ const (
 func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 	started := e.cfg.Now()
 	if err := e.load(ctx, true); err != nil {
+		if Fatal(err) {
+			e.cfg.Observer.ObserveStop(stopKind(err))
+		}
 		return nil, err
 	}
 	if err := e.startRun(ctx); err != nil {
+		if Fatal(err) {
+			e.cfg.Observer.ObserveStop(stopKind(err))
+		}
 		return nil, err
 	}
 	failures := 0
@@ -225,8 +238,10 @@ func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 			return e.completion(started, "stopped by signal"), nil
 		}
 		if Fatal(err) {
+			e.cfg.Observer.ObserveStop(stopKind(err))
 			return e.completion(started, "stopped: "+err.Error()), err
 		}
+		e.cfg.Observer.ObserveRetry(retryReason(err))
 		failures++
 		if failures >= e.cfg.MaxAttempts {
 			return e.completion(started, "gave up"), fmt.Errorf("giving up after %d consecutive failures: %w", failures, err)
@@ -238,6 +253,9 @@ func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 			return e.completion(started, "stopped by signal"), nil
 		}
 		if err := e.recover(ctx); err != nil {
+			if Fatal(err) {
+				e.cfg.Observer.ObserveStop(stopKind(err))
+			}
 			if Fatal(err) || ctx.Err() != nil {
 				return e.completion(started, "stopped: "+err.Error()), err
 			}
@@ -297,7 +315,7 @@ func (e *Engine) recover(ctx context.Context) error {
 func (e *Engine) load(ctx context.Context, first bool) error {
 	cp, err := e.store.Load(ctx)
 	if err != nil {
-		return fmt.Errorf("read checkpoint: %w", err)
+		return staged("checkpoint", fmt.Errorf("read checkpoint: %w", err))
 	}
 	if cp == nil {
 		cp = &schemas.Checkpoint{Phase: schemas.PhaseIdle}
@@ -388,6 +406,42 @@ func backoff(attempt int) time.Duration {
 	d := 250 * time.Millisecond << min(attempt-1, 7)
 	d = min(d, 30*time.Second)
 	return d/2 + time.Duration(mrand.Int64N(int64(d/2)+1))
+}
+
+func stopKind(err error) string {
+	var stop *StopError
+	switch {
+	case errors.Is(err, ErrFenced):
+		return "fenced"
+	case errors.As(err, &stop):
+		return "safety_stop"
+	}
+	return "fatal"
+}
+
+// retryReason classifies a transient failure for metrics (a bounded set).
+func retryReason(err error) string {
+	var se *stageError
+	if errors.As(err, &se) {
+		return se.stage
+	}
+	return "other"
+}
+
+// stageError tags an error with the stage that failed.
+type stageError struct {
+	stage string
+	err   error
+}
+
+func (e *stageError) Error() string { return e.err.Error() }
+func (e *stageError) Unwrap() error { return e.err }
+
+func staged(stage string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &stageError{stage: stage, err: err}
 }
 
 func orInf(ts string) string {

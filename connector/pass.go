@@ -80,18 +80,20 @@ func (e *Engine) pass(ctx context.Context) error {
 			return e.finish(ctx)
 		}
 		req := PageRequest{Since: since, Cursor: e.cp.Cursor, Limit: e.cfg.PageSize}
+		fetchStart := time.Now()
 		page, err := src.Page(ctx, req)
 		if err != nil {
 			if ctx.Err() != nil {
 				return e.finish(ctx)
 			}
 			e.abort(ctx)
-			return fmt.Errorf("fetch page after cursor %q: %w", req.Cursor, err)
+			return staged("source", fmt.Errorf("fetch page after cursor %q: %w", req.Cursor, err))
 		}
+		e.cfg.Observer.ObservePage(time.Since(fetchStart), len(page.Rows))
 		pages++
 		if err := e.apply(ctx, page.Rows); err != nil {
 			e.abort(ctx)
-			return err
+			return staged("kafka", err)
 		}
 		e.txPages++
 		e.cp.Counters.Pages++
@@ -154,6 +156,12 @@ func (e *Engine) apply(ctx context.Context, rows []Row) error {
 		}
 		e.txRecords++
 		e.txBytes += int64(len(r.ID) + len(r.Value))
+		if e.txKeys == 0 || ts > e.txNewest {
+			e.txNewest = ts
+		}
+		if e.txKeys == 0 || ts < e.txOldest {
+			e.txOldest = ts
+		}
 		e.txKeys++
 		e.txKeySum += fnv64(r.ID)
 		e.cp.Counters.Published++
@@ -262,8 +270,10 @@ func (e *Engine) commit(ctx context.Context) error {
 	err = e.pub.Commit(cctx, buf, led)
 	e.txOpen = false
 	if err != nil {
-		return fmt.Errorf("commit transaction seq %d: %w", e.cp.Seq, err)
+		e.cfg.Observer.ObserveAbort()
+		return staged("kafka", fmt.Errorf("commit transaction seq %d: %w", e.cp.Seq, err))
 	}
+	e.observeCommit(time.Since(took))
 	e.log.Info("committed", "seq", e.cp.Seq, "records", e.txRecords, "pages", e.txPages,
 		"phase", e.cp.Phase, "watermark", orInf(e.cp.Watermark), "cursor", e.cp.Cursor,
 		"took", time.Since(took).Round(time.Microsecond))
@@ -276,7 +286,27 @@ func (e *Engine) commit(ctx context.Context) error {
 func (e *Engine) resetTx() {
 	e.txOpen = false
 	e.txRecords, e.txBytes, e.txPages, e.txStart = 0, 0, 0, time.Time{}
-	e.txKeys, e.txKeySum = 0, 0
+	e.txKeys, e.txKeySum, e.txNewest, e.txOldest = 0, 0, 0, 0
+}
+
+func (e *Engine) observeCommit(took time.Duration) {
+	c, p := e.cp.Counters, e.committed.Counters
+	info := CommitInfo{
+		Seq: e.cp.Seq, Took: took, Records: int64(e.txRecords),
+		Pages: c.Pages - p.Pages, Raw: c.Raw - p.Raw, Published: c.Published - p.Published,
+		Deduped: c.Deduped - p.Deduped, Tombstones: c.Tombstones - p.Tombstones,
+		CommittedAt: e.cfg.Now(), PassEnded: e.cp.Phase == schemas.PhaseIdle,
+	}
+	if !e.txStart.IsZero() {
+		info.Span = e.cfg.Now().Sub(e.txStart)
+	}
+	if e.cp.Watermark != "" {
+		info.Watermark, _ = schemas.ParseTime(e.cp.Watermark)
+	}
+	if e.txKeys > 0 {
+		info.NewestUpdatedAt, info.OldestUpdatedAt = time.UnixMicro(e.txNewest).UTC(), time.UnixMicro(e.txOldest).UTC()
+	}
+	e.cfg.Observer.ObserveCommit(info)
 }
 
 // ledgerEntry describes the transaction being committed.
@@ -344,6 +374,7 @@ func (e *Engine) abort(ctx context.Context) {
 		return
 	}
 	e.txOpen = false
+	e.cfg.Observer.ObserveAbort()
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if err := e.pub.Abort(actx); err != nil {

@@ -1,0 +1,45 @@
+package connector
+
+import "time"
+
+// Observer receives the engine's events, for metrics. Methods are called on
+// the engine's goroutine and must return quickly.
+type Observer interface {
+	// ObservePage reports one fetched page: how long the fetch took and how
+	// many rows it returned.
+	ObservePage(fetch time.Duration, rows int)
+	// ObserveCommit reports a committed transaction.
+	ObserveCommit(c CommitInfo)
+	// ObserveAbort reports an aborted or failed transaction.
+	ObserveAbort()
+	// ObserveRetry reports a transient failure about to be retried; reason
+	// is one of "source", "kafka", "checkpoint", "other".
+	ObserveRetry(reason string)
+	// ObserveStop reports a fatal stop; kind is "safety_stop", "fenced" or
+	// "fatal".
+	ObserveStop(kind string)
+}
+
+// CommitInfo describes one committed transaction.
+type CommitInfo struct {
+	Seq  int64
+	Took time.Duration // Commit call (flush + EndTransaction)
+	Span time.Duration // from the transaction's first page to its commit
+	// Per-transaction counts.
+	Records, Pages, Raw, Published, Deduped, Tombstones int64
+	// Watermark after the commit (zero = minus infinity).
+	Watermark time.Time
+	// NewestUpdatedAt and OldestUpdatedAt bound the updated_at of the rows
+	// published in the transaction (zero when it published none).
+	NewestUpdatedAt, OldestUpdatedAt time.Time
+	CommittedAt                      time.Time
+	PassEnded                        bool
+}
+
+type nopObserver struct{}
+
+func (nopObserver) ObservePage(time.Duration, int) {}
+func (nopObserver) ObserveCommit(CommitInfo)       {}
+func (nopObserver) ObserveAbort()                  {}
+func (nopObserver) ObserveRetry(string)            {}
+func (nopObserver) ObserveStop(string)             {}
