@@ -20,7 +20,7 @@ func config(db *harness.DB, table string) postgres.Config {
 }
 
 // open is postgres.New that fails the test on error and closes at cleanup.
-func open(t *testing.T, cfg postgres.Config) *postgres.Source {
+func open(t testing.TB, cfg postgres.Config) *postgres.Source {
 	t.Helper()
 	src, err := postgres.New(context.Background(), cfg)
 	if err != nil {

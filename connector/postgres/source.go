@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -29,6 +30,10 @@ type Source struct {
 	pool *pgxpool.Pool
 	tbl  *table
 	q    queries
+	// rowBytes and idBytes remember the last page's average value and id
+	// size, so the next page's buffers are allocated once at about the
+	// right size instead of growing by doubling.
+	rowBytes, idBytes atomic.Int64
 }
 
 // queries are the three page statements, built once from quoted
@@ -226,11 +231,12 @@ const pgEpochMicros = 946684800000000
 func (s *Source) readRows(rows pgx.Rows, limit int) ([]connector.Row, error) {
 	out := make([]connector.Row, 0, min(limit, 4096))
 	enc := rowEncoder{cols: s.tbl.value}
+	expect := min(limit, 4096)
 	var (
-		vals  []byte
-		ids   []byte
-		vEnds []int // end offset of each row's value in vals; -1 when deleted
-		iEnds []int // end offset of each row's id in ids
+		vals  = make([]byte, 0, expect*int(max(s.rowBytes.Load(), 64))*9/8)
+		ids   = make([]byte, 0, expect*int(max(s.idBytes.Load(), 8))*9/8)
+		vEnds = make([]int, 0, expect) // end offset of each row's value in vals; -1 when deleted
+		iEnds = make([]int, 0, expect) // end offset of each row's id in ids
 	)
 	prefix := s.q.prefix
 	for rows.Next() {
@@ -272,6 +278,10 @@ func (s *Source) readRows(rows pgx.Rows, limit int) ([]connector.Row, error) {
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
+	}
+	if n := int64(len(out)); n > 0 {
+		s.rowBytes.Store(int64(len(vals))/n + 1)
+		s.idBytes.Store(int64(len(ids))/n + 1)
 	}
 	idStr := string(ids)
 	iStart, vStart := 0, 0
