@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -64,7 +65,7 @@ func (a *cli) parse(cmd string, args []string) error {
 	case "run":
 		fs.BoolVar(&a.once, "once", false, "stop when caught up and print the completion record")
 		fs.BoolVar(&a.jsonOut, "json", false, "print the completion record as JSON only")
-	case "status", "check":
+	case "status", "check", "ledger":
 		fs.BoolVar(&a.jsonOut, "json", false, "print JSON")
 	case "reset":
 		fs.BoolVar(&a.yes, "yes", false, "do not ask for confirmation")
@@ -145,6 +146,8 @@ func (a *cli) topics() producer.Topics {
 		ReplicationFactor: a.cfg.Kafka.ReplicationFactor,
 		AllowNonCompacted: a.cfg.Kafka.AllowNonCompacted,
 		Offsets:           a.cfg.Kafka.OffsetsTopic,
+		Ledger:            a.ledgerTopic(),
+		LedgerRetention:   a.ledgerRetention(),
 	}
 }
 
@@ -179,13 +182,21 @@ func (a *cli) source(ctx context.Context) (connector.Source, error) {
 	return nil, &ConfigError{Key: "source.kind", Msg: fmt.Sprintf("source kind %q is not supported by this build; use postgres", a.cfg.Source.Kind)}
 }
 
+// store reads the checkpoint, failing closed: a missing checkpoint with
+// evidence of earlier runs (ledger entries, records in the data topic) is a
+// safety stop.
 func (a *cli) store(opts []kgo.Opt) *offsets.Store {
-	return offsets.NewStore(opts, a.cfg.Kafka.OffsetsTopic, a.cfg.Name)
+	return offsets.NewStore(opts, a.cfg.Kafka.OffsetsTopic, a.cfg.Name).
+		FailClosed(a.ledger(opts), a.cfg.Kafka.Topic)
+}
+
+func (a *cli) ledger(opts []kgo.Opt) *offsets.Ledger {
+	return offsets.NewLedger(opts, a.ledgerTopic(), a.cfg.Name)
 }
 
 func (a *cli) writer(ctx context.Context, opts []kgo.Opt) (*producer.Writer, error) {
 	w, err := producer.New(ctx, producer.Config{
-		Name: a.cfg.Name, Topic: a.cfg.Kafka.Topic, OffsetsTopic: a.cfg.Kafka.OffsetsTopic,
+		Name: a.cfg.Name, Topic: a.cfg.Kafka.Topic, OffsetsTopic: a.cfg.Kafka.OffsetsTopic, LedgerTopic: a.ledgerTopic(),
 		TransactionTimeout: a.cfg.Kafka.TransactionTimeout.Duration, Opts: opts, Logger: a.log,
 	})
 	if err != nil {
@@ -219,3 +230,7 @@ func (a *cli) engineConfig() connector.Config {
 		Logger:            a.log,
 	}
 }
+
+func (a *cli) ledgerTopic() string { return a.cfg.Kafka.LedgerTopic }
+
+func (a *cli) ledgerRetention() time.Duration { return a.cfg.Kafka.LedgerRetention.Duration }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/connector/postgres"
+	"github.com/tidemark/tidemark/offsets"
 	"github.com/tidemark/tidemark/producer"
 	"github.com/tidemark/tidemark/schemas"
 )
@@ -215,7 +216,9 @@ func cmdReset(ctx context.Context, a *cli) error {
 	if err != nil {
 		return err
 	}
-	old, err := a.store(opts).Load(ctx)
+	// A reset is the decision for a connector that cannot run, so it reads
+	// the checkpoint without the fail-closed audit.
+	old, err := offsets.NewStore(opts, a.cfg.Kafka.OffsetsTopic, a.cfg.Name).Load(ctx)
 	if err != nil {
 		return err
 	}
@@ -247,7 +250,7 @@ func cmdReset(ctx context.Context, a *cli) error {
 	sum, fields := a.cfg.Fingerprint()
 	cp := &schemas.Checkpoint{
 		Version: schemas.CheckpointVersion, Connector: a.cfg.Name, Fingerprint: sum, FingerprintFields: fields,
-		Phase: schemas.PhaseIdle, Watermark: wm, RunID: "reset",
+		Phase: schemas.PhaseIdle, Watermark: wm, RunID: schemas.ResetRunID,
 		CommittedAt: schemas.FormatTime(time.Now()),
 		LastReset:   &schemas.Reset{At: schemas.FormatTime(time.Now()), By: by, Reason: a.reason, Watermark: wm},
 	}
@@ -267,10 +270,18 @@ func cmdReset(ctx context.Context, a *cli) error {
 	if err != nil {
 		return err
 	}
+	led, err := schemas.EncodeLedgerEntry(&schemas.LedgerEntry{
+		Version: schemas.LedgerVersion, Connector: a.cfg.Name, Kind: schemas.LedgerReset, RunID: schemas.ResetRunID,
+		Seq: cp.Seq, At: cp.LastReset.At, Watermark: wm, Counters: cp.Counters, By: by, Why: a.reason,
+		Detail: what,
+	})
+	if err != nil {
+		return err
+	}
 	if err := w.Begin(ctx); err != nil {
 		return err
 	}
-	if err := w.Commit(ctx, b); err != nil {
+	if err := w.Commit(ctx, b, led); err != nil {
 		return fmt.Errorf("commit the reset: %w", err)
 	}
 	a.log.Warn("operator reset committed", "connector", a.cfg.Name, "watermark", orInf(wm), "by", by, "reason", a.reason, "seq", cp.Seq)

@@ -47,6 +47,7 @@ var commands = []command{
 	{"run", "sync the source into Kafka (continuously, or --once)", cmdRun},
 	{"check", "preflight: check the source table and the topics, print what was found", cmdCheck},
 	{"status", "print the committed checkpoint", cmdStatus},
+	{"ledger", "print the ledger: runs, where each resumed from, and every committed transaction", cmdLedger},
 	{"reset", "operator decision: start the connector over from scratch or from a stated watermark", cmdReset},
 	{"version", "print the version", func(_ context.Context, a *cli) error { fmt.Fprintln(a.stdout, "tidemark", version); return nil }},
 }
