@@ -3,6 +3,7 @@ package postgres
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 )
 
@@ -110,4 +111,34 @@ func (c Config) Validate() error {
 		return nil
 	}
 	return fmt.Errorf("%w: %w", ErrBadConfig, errors.Join(errs...))
+}
+
+// String describes c for logs and errors: Password is never printed, and a
+// password inside DSN is replaced by REDACTED.
+func (c Config) String() string {
+	pw := ""
+	if c.Password != "" {
+		pw = "REDACTED"
+	}
+	return fmt.Sprintf("postgres.Config{DSN:%q Password:%q Schema:%q Table:%q IDColumn:%q UpdatedAtColumn:%q DeletedAtColumn:%q Columns:%q Filter:%q}",
+		redactDSN(c.DSN), pw, c.Schema, c.Table, c.IDColumn, c.UpdatedAtColumn, c.DeletedAtColumn, c.Columns, c.Filter)
+}
+
+// GoString makes %#v as safe as %v.
+func (c Config) GoString() string { return c.String() }
+
+var (
+	urlPassword     = regexp.MustCompile(`^([a-zA-Z][a-zA-Z0-9+.-]*://[^/@?#]*?:)[^@/?#]*@`)
+	keywordPassword = regexp.MustCompile(`(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s]*)`)
+	queryPassword   = regexp.MustCompile(`([?&]password=)[^&#]*`)
+)
+
+// redactDSN hides the password in a URL or keyword/value DSN.
+func redactDSN(dsn string) string {
+	dsn = urlPassword.ReplaceAllString(dsn, "${1}REDACTED@")
+	dsn = queryPassword.ReplaceAllString(dsn, "${1}REDACTED")
+	if !strings.Contains(dsn, "://") {
+		dsn = keywordPassword.ReplaceAllString(dsn, "${1}REDACTED")
+	}
+	return dsn
 }

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -163,6 +164,23 @@ func BenchmarkEncodeRow(b *testing.B) {
 		buf, err = e.appendRow(buf[:0], benchRow)
 		if err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+func TestConfigStringRedacts(t *testing.T) {
+	for _, dsn := range []string{
+		"postgres://u:s3cret@h:5432/db?sslmode=disable",
+		"postgresql://u:s3cret@h/db",
+		"postgres://u@h/db?password=s3cret&sslmode=disable",
+		"host=h user=u password=s3cret dbname=db",
+		"host=h password = 's3 cret' dbname=db",
+	} {
+		c := Config{DSN: dsn, Password: "s3cret", Table: "t"}
+		for _, s := range []string{c.String(), fmt.Sprintf("%v", c), fmt.Sprintf("%+v", c), fmt.Sprintf("%#v", c)} {
+			if strings.Contains(s, "s3") || !strings.Contains(s, "REDACTED") {
+				t.Errorf("%q leaks: %s", dsn, s)
+			}
 		}
 	}
 }

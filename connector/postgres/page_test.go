@@ -201,7 +201,7 @@ func TestPageFilterAndSoftDelete(t *testing.T) {
 	cfg := config(db, "t")
 	cfg.DeletedAtColumn = "deleted_at"
 	cfg.Columns = []string{"tenant", "id"}
-	cfg.Filter = "tenant = 'a' OR id = 4"
+	cfg.Filter = "tenant = 'a' OR (id = 4) -- tenant a, and one of b"
 	src := open(t, cfg)
 	rows := walk(t, src, time.Time{}, 1)
 	if got := ids(rows); got != "1,3,4,5" {
@@ -284,5 +284,52 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		if !errors.Is(err, postgres.ErrBadConfig) {
 			t.Errorf("%s: %v is not ErrBadConfig", name, err)
 		}
+	}
+}
+
+// TestPageExecModes: the walk and the values are the same whatever query
+// exec mode the DSN asks for (simple_protocol returns every column as text).
+func TestPageExecModes(t *testing.T) {
+	db := harness.NewDB(t)
+	db.Exec(t, "CREATE TABLE t (id text PRIMARY KEY, updated_at timestamptz NOT NULL, b bytea, a int[], f float8)")
+	for i, id := range []string{"b", "a", "c:d", "it's"} {
+		db.Exec(t, "INSERT INTO t VALUES ($1, $2, '\\x00ff', '{1,NULL}', 0.1)", id, t0.Add(time.Duration(i%2)*time.Microsecond))
+	}
+	var want []connector.Row
+	for _, mode := range []string{"", "cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol"} {
+		cfg := config(db, "t")
+		if mode != "" {
+			cfg.DSN += "&default_query_exec_mode=" + mode
+		}
+		src := open(t, cfg)
+		got := walk(t, src, t0, 1)
+		if mode == "" {
+			want = got
+			if ids(got) != "b,c:d,a,it's" {
+				t.Fatalf("ids %q", ids(got))
+			}
+			continue
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d rows, want %d", mode, len(got), len(want))
+		}
+		for i := range got {
+			if got[i].ID != want[i].ID || !got[i].UpdatedAt.Equal(want[i].UpdatedAt) || string(got[i].Value) != string(want[i].Value) {
+				t.Errorf("%s: row %d = %+v (%s), want %+v (%s)", mode, i, got[i], got[i].Value, want[i], want[i].Value)
+			}
+		}
+	}
+}
+
+// TestPageInfiniteUpdatedAt: an updated_at of infinity has no place in the
+// change order; the page fails naming the row.
+func TestPageInfiniteUpdatedAt(t *testing.T) {
+	db := harness.NewDB(t)
+	db.Exec(t, "CREATE TABLE t (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)")
+	db.Exec(t, "INSERT INTO t VALUES (9, 'infinity')")
+	src := open(t, config(db, "t"))
+	_, err := src.Page(context.Background(), connector.PageRequest{Limit: 10})
+	if err == nil || !strings.Contains(err.Error(), `row id "9"`) || !strings.Contains(err.Error(), "infinity") {
+		t.Fatalf("err %v", err)
 	}
 }

@@ -239,6 +239,11 @@ func (s *Source) readRows(rows pgx.Rows, limit int) ([]connector.Row, error) {
 		iEnds = make([]int, 0, expect) // end offset of each row's id in ids
 	)
 	prefix := s.q.prefix
+	// updated_at arrives in binary, except under
+	// default_query_exec_mode=simple_protocol (for PgBouncer), where every
+	// column is text.
+	fds := rows.FieldDescriptions()
+	textUA := len(fds) > 0 && fds[0].Format == pgx.TextFormatCode
 	for rows.Next() {
 		raw := rows.RawValues()
 		if len(raw) != prefix+len(s.tbl.value) {
@@ -252,12 +257,9 @@ func (s *Source) readRows(rows pgx.Rows, limit int) ([]connector.Row, error) {
 		if ua == nil {
 			return nil, fmt.Errorf("row id %q has a NULL %s; such rows would be skipped forever: backfill it and make the column NOT NULL", idv, quote(s.tbl.updatedAt.name))
 		}
-		if len(ua) != 8 {
-			return nil, fmt.Errorf("row id %q: %s is %d bytes in binary, want 8", idv, quote(s.tbl.updatedAt.name), len(ua))
-		}
-		pgus := int64(binary.BigEndian.Uint64(ua))
-		if pgus == math.MaxInt64 || pgus == math.MinInt64 {
-			return nil, fmt.Errorf("row id %q has %s = infinity or -infinity, which has no place in the change order: set it to a real time", idv, quote(s.tbl.updatedAt.name))
+		us, err := updatedAtMicros(ua, textUA)
+		if err != nil {
+			return nil, fmt.Errorf("row id %q: %s: %w", idv, quote(s.tbl.updatedAt.name), err)
 		}
 		deleted := prefix == 3 && len(raw[2]) == 1 && raw[2][0] == 't'
 		ids = append(ids, idv...)
@@ -272,7 +274,7 @@ func (s *Source) readRows(rows pgx.Rows, limit int) ([]connector.Row, error) {
 			vEnds = append(vEnds, len(vals))
 		}
 		out = append(out, connector.Row{
-			UpdatedAt: schemas.FromMicros(pgus + pgEpochMicros),
+			UpdatedAt: schemas.FromMicros(us),
 			Deleted:   deleted,
 		})
 	}
@@ -294,6 +296,31 @@ func (s *Source) readRows(rows pgx.Rows, limit int) ([]connector.Row, error) {
 		}
 	}
 	return out, nil
+}
+
+// updatedAtMicros decodes updated_at (binary: microseconds since
+// 2000-01-01; or text) into Unix microseconds. infinity and -infinity have
+// no place in the change order and are refused.
+func updatedAtMicros(v []byte, text bool) (int64, error) {
+	const inf = "is infinity or -infinity, which has no place in the change order: set it to a real time"
+	if text {
+		if string(v) == "infinity" || string(v) == "-infinity" {
+			return 0, errors.New(inf)
+		}
+		t, err := parseTimestamp(v)
+		if err != nil {
+			return 0, err
+		}
+		return t.UnixMicro(), nil
+	}
+	if len(v) != 8 {
+		return 0, fmt.Errorf("%d bytes in binary, want 8", len(v))
+	}
+	pgus := int64(binary.BigEndian.Uint64(v))
+	if pgus == math.MaxInt64 || pgus == math.MinInt64 {
+		return 0, errors.New(inf)
+	}
+	return pgus + pgEpochMicros, nil
 }
 
 func isSQLError(err error) bool {
