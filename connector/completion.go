@@ -90,6 +90,11 @@ func (e *Engine) completion(started time.Time, why string) *Completion {
 		}
 	}
 	c.Termination = why
+	if e.lastSweep != nil {
+		c.Reconciliation = e.lastSweep.String()
+	} else if cp.LastSweep != nil {
+		c.Reconciliation = fmt.Sprintf("not run in this run; last sweep at %s tombstoned %d and repaired %d", cp.LastSweep.At, cp.LastSweep.Tombstoned, cp.LastSweep.Repaired)
+	}
 	now := e.cfg.Now()
 	c.FinishedAt = schemas.FormatTime(now)
 	c.Seconds = now.Sub(started).Seconds()

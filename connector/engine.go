@@ -80,6 +80,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Observer receives events for metrics; default none.
 	Observer Observer
+	// SweepInterval runs a reconciliation sweep between passes when this
+	// much time has passed since the last one; 0 = only on demand. It needs
+	// Topic and a source that implements LiveScanner.
+	SweepInterval time.Duration
+	// Topic reads the data topic for sweeps.
+	Topic TopicView
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
@@ -155,6 +161,7 @@ type Engine struct {
 	resumedFrom   string
 	startReason   string
 	lastEnd       endEvidence
+	lastSweep     *SweepResult
 	passesRun     int
 }
 
@@ -223,6 +230,9 @@ func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 	failures := 0
 	for {
 		err := e.pass(ctx)
+		if err == nil && ctx.Err() == nil && e.sweepDue() {
+			_, err = e.Sweep(ctx, e.cfg.Topic)
+		}
 		if err == nil {
 			failures = 0
 			e.passesRun++
@@ -263,6 +273,37 @@ func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 			continue
 		}
 	}
+}
+
+// sweepDue reports whether a sweep should run now: an unfinished one is
+// always finished, and SweepInterval schedules the others.
+func (e *Engine) sweepDue() bool {
+	if e.cfg.Topic == nil {
+		return false
+	}
+	if e.cp.Sweep != nil {
+		return true
+	}
+	if e.cfg.SweepInterval <= 0 {
+		return false
+	}
+	if e.cp.LastSweep == nil {
+		return true
+	}
+	last, err := schemas.ParseTime(e.cp.LastSweep.At)
+	return err != nil || e.cfg.Now().Sub(last) >= e.cfg.SweepInterval
+}
+
+// SweepOnce loads the checkpoint, records the run in the ledger and runs one
+// sweep: `tidemark sweep`.
+func (e *Engine) SweepOnce(ctx context.Context, topic TopicView) (SweepResult, error) {
+	if err := e.load(ctx, true); err != nil {
+		return SweepResult{}, err
+	}
+	if err := e.startRun(ctx); err != nil {
+		return SweepResult{}, err
+	}
+	return e.Sweep(ctx, topic)
 }
 
 // startRun records in the ledger where this run resumed from and why, in a

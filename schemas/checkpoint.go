@@ -61,6 +61,28 @@ type Checkpoint struct {
 	NeedsDecision string `json:"needs_decision,omitempty"`
 	// LastReset records the latest operator reset, if any.
 	LastReset *Reset `json:"last_reset,omitempty"`
+	// Sweep is the progress of a reconciliation sweep that has committed
+	// part of its work; the next start finishes it.
+	Sweep *SweepProgress `json:"sweep,omitempty"`
+	// LastSweep summarises the latest finished sweep.
+	LastSweep *SweepSummary `json:"last_sweep,omitempty"`
+}
+
+// SweepProgress is an unfinished sweep.
+type SweepProgress struct {
+	StartedAt  string `json:"started_at"`
+	Tombstoned int64  `json:"tombstoned"`
+	Repaired   int64  `json:"repaired"`
+}
+
+// SweepSummary is a finished sweep.
+type SweepSummary struct {
+	At         string `json:"at"`
+	View       string `json:"view"`
+	SourceRows int64  `json:"source_rows"`
+	TopicKeys  int64  `json:"topic_keys"`
+	Tombstoned int64  `json:"tombstoned"`
+	Repaired   int64  `json:"repaired"`
 }
 
 // ResetRunID is the run id of a checkpoint written by `tidemark reset`.
@@ -142,8 +164,21 @@ type Counters struct {
 	Passes       int64 `json:"passes"`
 }
 
-// EncodeCheckpoint encodes c as JSON.
-func EncodeCheckpoint(c *Checkpoint) ([]byte, error) { return json.Marshal(c) }
+// EncodeCheckpoint encodes c as JSON. Empty collections are written as []
+// and {} rather than null.
+func EncodeCheckpoint(c *Checkpoint) ([]byte, error) {
+	if c.Boundary == nil || c.FingerprintFields == nil {
+		d := *c
+		if d.Boundary == nil {
+			d.Boundary = []BoundaryEntry{}
+		}
+		if d.FingerprintFields == nil {
+			d.FingerprintFields = map[string]string{}
+		}
+		c = &d
+	}
+	return json.Marshal(c)
+}
 
 // DecodeCheckpoint decodes and checks the version.
 func DecodeCheckpoint(b []byte) (*Checkpoint, error) {

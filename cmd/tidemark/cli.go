@@ -35,6 +35,8 @@ type cli struct {
 	by         string
 	toWM       string
 
+	replicaDSN, replicaSchema, replicaTable string
+
 	cfg     *Config
 	log     *slog.Logger
 	closers []func()
@@ -65,8 +67,13 @@ func (a *cli) parse(cmd string, args []string) error {
 	case "run":
 		fs.BoolVar(&a.once, "once", false, "stop when caught up and print the completion record")
 		fs.BoolVar(&a.jsonOut, "json", false, "print the completion record as JSON only")
-	case "status", "check", "ledger":
+	case "status", "check", "ledger", "sweep":
 		fs.BoolVar(&a.jsonOut, "json", false, "print JSON")
+	case "verify":
+		fs.BoolVar(&a.jsonOut, "json", false, "print the report as JSON")
+		fs.StringVar(&a.replicaTable, "replica-table", "", "compare with this replica table instead of the topic")
+		fs.StringVar(&a.replicaSchema, "replica-schema", "", "schema of the replica table (default: source.schema)")
+		fs.StringVar(&a.replicaDSN, "replica-dsn", "", "DSN of the replica database (default: source.dsn)")
 	case "reset":
 		fs.BoolVar(&a.yes, "yes", false, "do not ask for confirmation")
 		fs.StringVar(&a.reason, "reason", "", "why (recorded with the reset)")
@@ -224,6 +231,7 @@ func (a *cli) engineConfig() connector.Config {
 		TxnMaxDuration:    s.TxnMaxDuration.Duration,
 		DedupeMaxEntries:  dedupe,
 		Horizon:           a.cfg.Source.Horizon,
+		SweepInterval:     a.cfg.Sweep.Interval.Duration,
 		Consistent:        a.cfg.Source.InitialLoad == "consistent",
 		Fingerprint:       sum,
 		FingerprintFields: fields,

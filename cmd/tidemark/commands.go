@@ -14,6 +14,7 @@ import (
 
 	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/connector/postgres"
+	"github.com/tidemark/tidemark/fold"
 	"github.com/tidemark/tidemark/offsets"
 	"github.com/tidemark/tidemark/producer"
 	"github.com/tidemark/tidemark/schemas"
@@ -21,25 +22,7 @@ import (
 
 func cmdRun(ctx context.Context, a *cli) error {
 	defer a.closeAll()
-	opts, err := a.kafkaOpts()
-	if err != nil {
-		return err
-	}
-	src, err := a.source(ctx)
-	if err != nil {
-		return err
-	}
-	if err := a.preflight(ctx, src, false); err != nil {
-		return err
-	}
-	if err := a.ensureTopics(ctx, opts, false); err != nil {
-		return err
-	}
-	w, err := a.writer(ctx, opts)
-	if err != nil {
-		return err
-	}
-	e, err := connector.New(a.engineConfig(), src, w, a.store(opts))
+	e, _, err := a.engine(ctx)
 	if err != nil {
 		return err
 	}
@@ -63,6 +46,36 @@ func cmdRun(ctx context.Context, a *cli) error {
 		}
 	}
 	return err
+}
+
+// engine opens the source, preflights it, ensures the topics and returns an
+// engine on a fresh producer session.
+func (a *cli) engine(ctx context.Context) (*connector.Engine, []kgo.Opt, error) {
+	opts, err := a.kafkaOpts()
+	if err != nil {
+		return nil, nil, err
+	}
+	src, err := a.source(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := a.preflight(ctx, src, false); err != nil {
+		return nil, nil, err
+	}
+	if err := a.ensureTopics(ctx, opts, false); err != nil {
+		return nil, nil, err
+	}
+	w, err := a.writer(ctx, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := a.engineConfig()
+	cfg.Topic = fold.Topic{Opts: opts, Topic: a.cfg.Kafka.Topic}
+	e, err := connector.New(cfg, src, w, a.store(opts))
+	if err != nil {
+		return nil, nil, err
+	}
+	return e, opts, nil
 }
 
 // preflight checks the table (CONTRACT §2). Failures stop with exit 2;

@@ -38,6 +38,7 @@ type Config struct {
 	Source  SourceConfig `yaml:"source"`
 	Kafka   KafkaConfig  `yaml:"kafka"`
 	Sync    SyncConfig   `yaml:"sync"`
+	Sweep   SweepConfig  `yaml:"sweep"`
 	Log     LogConfig    `yaml:"log"`
 
 	// origin maps each dotted key set explicitly (by the file, the
@@ -160,6 +161,16 @@ type SyncConfig struct {
 	DedupeMaxEntries int `yaml:"dedupe_max_entries"`
 }
 
+// SweepConfig schedules the reconciliation sweep that publishes tombstones
+// for hard-deleted rows and repairs keys the topic lacks or holds stale.
+type SweepConfig struct {
+	// Interval runs a sweep between passes of `tidemark run` whenever this
+	// much time has passed since the last one. 0s (default) = only on
+	// demand with `tidemark sweep`. A table without a soft-delete column
+	// needs it to propagate deletes.
+	Interval Duration `yaml:"interval"`
+}
+
 // LogConfig configures logging.
 type LogConfig struct {
 	// Level is debug, info (default), warn or error.
@@ -249,6 +260,7 @@ var defaults = map[string]string{
 	"sync.txn_max_bytes":        "16MiB",
 	"sync.txn_max_duration":     "5s",
 	"sync.dedupe_max_entries":   "20000",
+	"sweep.interval":            "0s",
 	"log.level":                 "info",
 	"log.format":                "auto",
 }
@@ -564,6 +576,10 @@ func (c *Config) Validate() error {
 	}
 	if y.DedupeMaxEntries < 0 || y.DedupeMaxEntries > 1000000 {
 		p.add("sync.dedupe_max_entries", "%d is out of range; use 0..1000000 (0 disables dedupe)%s", y.DedupeMaxEntries, with("sync.dedupe_max_entries"))
+	}
+
+	if c.Sweep.Interval.Duration < 0 {
+		p.add("sweep.interval", "%s is negative; use 0s (on demand only) or a positive duration such as 1h%s", c.Sweep.Interval, with("sweep.interval"))
 	}
 
 	switch c.Log.Level {

@@ -194,7 +194,7 @@ func TestEveryKeySettable(t *testing.T) {
 		"kafka.allow_non_compacted": "true", "kafka.transaction_timeout": "2m",
 		"sync.page_size": "500", "sync.margin": "30s", "sync.poll_interval": "5s",
 		"sync.poll_jitter": "0.5", "sync.txn_max_records": "600", "sync.txn_max_bytes": "1000",
-		"sync.txn_max_duration": "1s", "sync.dedupe_max_entries": "7", "log.level": "debug",
+		"sync.txn_max_duration": "1s", "sync.dedupe_max_entries": "7", "sweep.interval": "1h", "log.level": "debug",
 		"log.format": "json",
 	}
 	keys := ConfigKeys()

@@ -25,6 +25,7 @@ const (
 	exitConfig   = 2 // bad configuration or usage
 	exitDecision = 3 // safety stop: needs an operator decision
 	exitFenced   = 4 // fenced by another instance
+	exitMismatch = 5 // verify: the target differs from the source
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -47,6 +48,8 @@ var commands = []command{
 	{"run", "sync the source into Kafka (continuously, or --once)", cmdRun},
 	{"check", "preflight: check the source table and the topics, print what was found", cmdCheck},
 	{"status", "print the committed checkpoint", cmdStatus},
+	{"verify", "prove the topic (or a replica table) equals the source: key set and content", cmdVerify},
+	{"sweep", "reconcile now: tombstones for hard-deleted rows, repair of missing or stale keys", cmdSweep},
 	{"ledger", "print the ledger: runs, where each resumed from, and every committed transaction", cmdLedger},
 	{"reset", "operator decision: start the connector over from scratch or from a stated watermark", cmdReset},
 	{"version", "print the version", func(_ context.Context, a *cli) error { fmt.Fprintln(a.stdout, "tidemark", version); return nil }},
@@ -103,6 +106,8 @@ func exitCode(err error) int {
 		return exitOK
 	case errors.Is(err, connector.ErrFenced):
 		return exitFenced
+	case errors.Is(err, errMismatch):
+		return exitMismatch
 	case errors.As(err, &stop):
 		return exitDecision
 	case errors.As(err, &cfgErr), errors.Is(err, postgres.ErrBadConfig), errors.Is(err, errUsage):
@@ -119,6 +124,8 @@ func exitHint(code int) string {
 		return "safety stop; nothing was guessed, an operator decision is needed"
 	case exitFenced:
 		return "another instance with the same connector name took over; this one stopped writing"
+	case exitMismatch:
+		return "verify: the target differs from the source"
 	case exitFailure:
 		return "runtime failure after retries; the committed checkpoint is intact, run again to resume"
 	}
@@ -137,5 +144,5 @@ func usage(w io.Writer) {
 	fmt.Fprintf(w, "\nEvery configuration key can be set by flag (--%s orders, or --set %s=orders)\nand by environment variable (%s=orders). Precedence: flag > env > file.\n",
 		"source.table", "source.table", EnvName("source.table"))
 	fmt.Fprintf(w, "Keys: %s\n", strings.Join(keys, ", "))
-	fmt.Fprintf(w, "\nExit codes: 0 done, 1 runtime failure, 2 bad configuration, 3 safety stop (operator decision), 4 fenced.\n")
+	fmt.Fprintf(w, "\nExit codes: 0 done, 1 runtime failure, 2 bad configuration, 3 safety stop (operator decision), 4 fenced,\n5 verify found differences.\n")
 }

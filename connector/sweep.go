@@ -1,0 +1,161 @@
+package connector
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/tidemark/tidemark/schemas"
+)
+
+// LiveScanner is implemented by sources that can list every live row (not
+// soft-deleted, inside the filter) under one fixed view, for the
+// reconciliation sweep and verify. Discovered by type assertion.
+type LiveScanner interface {
+	// ScanLive calls fn for every live row of one consistent view, and
+	// returns when the view was taken.
+	ScanLive(ctx context.Context, fn func(*Row) error) (view time.Time, err error)
+}
+
+// TopicView reads the live keys of the data topic read_committed, with the
+// digest of each key's last value.
+type TopicView interface {
+	Live(ctx context.Context) (*KeySet, TopicStats, error)
+}
+
+// TopicStats describes a topic read.
+type TopicStats struct {
+	// Records and Tombstones read; Duplicates are records that repeated
+	// the key's previous value (a publication twice in a row).
+	Records, Tombstones, Duplicates int64
+	// End is the last stable offset of each partition the read stopped at.
+	End map[int32]int64
+}
+
+// SweepResult is what a sweep did.
+type SweepResult struct {
+	// View is when the source snapshot was taken.
+	View time.Time
+	// SourceRows live in the snapshot; TopicKeys live in the topic before.
+	SourceRows, TopicKeys int64
+	// Tombstoned ids were gone from the source; Repaired ids were missing
+	// from the topic or held another value.
+	Tombstoned, Repaired int64
+	Took                 time.Duration
+}
+
+func (r SweepResult) String() string {
+	return fmt.Sprintf("sweep at view %s: %d source rows, %d live topic keys, %d tombstoned, %d repaired, took %s",
+		schemas.FormatTime(r.View), r.SourceRows, r.TopicKeys, r.Tombstoned, r.Repaired, r.Took.Round(time.Millisecond))
+}
+
+// Sweep reconciles the topic with the source (CONTRACT §5): it publishes a
+// tombstone for every live topic key whose id is gone from the source, and
+// republishes every source row the topic lacks or holds with another value.
+//
+// Why nothing live is ever tombstoned: the sweep runs inside the engine's
+// loop, between passes, so no walk publishes while it runs, and it reads in
+// this order: (1) the topic's live keys up to its last stable offsets E,
+// then (2) the source under one snapshot S taken after E. Every key in the
+// topic at E was read from a source state committed before E, so a row that
+// still exists at S is in S; a key absent from S was deleted before S. A row
+// inserted or re-inserted after S is absent from both sides or newer than
+// the tombstone: the next pass reads it (its updated_at is new) and
+// publishes it after the tombstone, so the last record per key is right.
+// Repairs publish S's version, which is never older than what the topic held
+// at E. A crash mid-sweep leaves its committed tombstones and repairs in the
+// topic and the sweep marked in the checkpoint; the next start sweeps again
+// from a new E and S and converges.
+func (e *Engine) Sweep(ctx context.Context, topic TopicView) (SweepResult, error) {
+	scanner, ok := e.src.(LiveScanner)
+	if !ok {
+		return SweepResult{}, fmt.Errorf("the source %T cannot list its live rows, so it cannot be swept: %w", e.src, ErrPermanent)
+	}
+	if e.cp == nil {
+		if err := e.load(ctx, true); err != nil {
+			return SweepResult{}, err
+		}
+	}
+	start := time.Now()
+	if e.cp.Sweep == nil {
+		e.cp.Sweep = &schemas.SweepProgress{StartedAt: schemas.FormatTime(e.cfg.Now())}
+	}
+	live, _, err := topic.Live(ctx)
+	if err != nil {
+		return SweepResult{}, staged("kafka", fmt.Errorf("read the live keys of the topic: %w", err))
+	}
+	res := SweepResult{TopicKeys: int64(live.Len())}
+	var lowB int64 = -1 << 63
+	if e.cp.Watermark != "" {
+		if w, err := schemas.ParseTime(e.cp.Watermark); err == nil {
+			lowB = w.Add(-e.cfg.Margin).UnixMicro()
+		}
+	}
+	publish := func(r *Row) error {
+		if !e.txOpen {
+			if err := e.pub.Begin(ctx); err != nil {
+				return fmt.Errorf("begin transaction: %w", err)
+			}
+			e.txOpen = true
+			e.txStart = e.cfg.Now()
+		}
+		if err := e.pub.Publish(ctx, r); err != nil {
+			return fmt.Errorf("publish id %s: %w", r.ID, err)
+		}
+		e.txRecords++
+		e.txKeys++
+		e.txKeySum += fnv64(r.ID)
+		e.cp.Counters.Published++
+		if r.Deleted {
+			e.cp.Counters.Tombstones++
+		}
+		// Keep B truthful, so the walk does not publish the same value again.
+		ts := r.UpdatedAt.UnixMicro()
+		if _, inB := e.b.m[r.ID]; inB || ts >= lowB {
+			e.b.put(r.ID, ts, Digest(r))
+		}
+		if e.txRecords >= e.cfg.TxnMaxRecords {
+			e.cp.Sweep.Tombstoned, e.cp.Sweep.Repaired = res.Tombstoned, res.Repaired
+			return e.commit(ctx)
+		}
+		return nil
+	}
+	view, err := scanner.ScanLive(ctx, func(r *Row) error {
+		res.SourceRows++
+		d := Digest(r)
+		if got, ok := live.Lookup(r.ID); ok {
+			live.Mark(r.ID)
+			if got == d {
+				return nil
+			}
+		}
+		res.Repaired++
+		return publish(r)
+	})
+	res.View = view
+	if err != nil {
+		e.abort(ctx)
+		return res, staged("source", fmt.Errorf("sweep: scan the source: %w", err))
+	}
+	now := e.cfg.Now()
+	err = live.Unmarked(func(key string, _ uint64) error {
+		res.Tombstoned++
+		return publish(&Row{ID: key, UpdatedAt: now, Deleted: true})
+	})
+	if err != nil {
+		e.abort(ctx)
+		return res, staged("kafka", fmt.Errorf("sweep: publish tombstones: %w", err))
+	}
+	res.Took = time.Since(start)
+	e.cp.Sweep = nil
+	e.cp.LastSweep = &schemas.SweepSummary{
+		At: schemas.FormatTime(e.cfg.Now()), View: schemas.FormatTime(view),
+		SourceRows: res.SourceRows, TopicKeys: res.TopicKeys, Tombstoned: res.Tombstoned, Repaired: res.Repaired,
+	}
+	if err := e.commit(ctx); err != nil {
+		return res, err
+	}
+	e.lastSweep = &res
+	e.log.Info(res.String())
+	return res, nil
+}
