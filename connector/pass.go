@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tidemark/tidemark/failpoint"
 	"github.com/tidemark/tidemark/schemas"
 )
 
@@ -90,11 +91,13 @@ func (e *Engine) pass(ctx context.Context) error {
 			return staged("source", fmt.Errorf("fetch page after cursor %q: %w", req.Cursor, err))
 		}
 		e.cfg.Observer.ObservePage(time.Since(fetchStart), len(page.Rows))
+		failpoint.Hit(failpoint.AfterFetch)
 		pages++
 		if err := e.apply(ctx, page.Rows); err != nil {
 			e.abort(ctx)
 			return staged("kafka", err)
 		}
+		failpoint.Hit(failpoint.AfterProduce)
 		e.txPages++
 		e.cp.Counters.Pages++
 		if page.End {
@@ -273,6 +276,7 @@ func (e *Engine) commit(ctx context.Context) error {
 		e.cfg.Observer.ObserveAbort()
 		return staged("kafka", fmt.Errorf("commit transaction seq %d: %w", e.cp.Seq, err))
 	}
+	failpoint.Hit(failpoint.AfterCommit)
 	e.observeCommit(time.Since(took))
 	e.log.Info("committed", "seq", e.cp.Seq, "records", e.txRecords, "pages", e.txPages,
 		"phase", e.cp.Phase, "watermark", orInf(e.cp.Watermark), "cursor", e.cp.Cursor,

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tidemark/tidemark/connector"
+	"github.com/tidemark/tidemark/failpoint"
 	"github.com/tidemark/tidemark/schemas"
 )
 
@@ -207,6 +208,7 @@ func (w *Writer) Commit(ctx context.Context, checkpoint, ledger []byte) error {
 		_ = w.Abort(ctx)
 		return classify(err)
 	}
+	failpoint.Hit(failpoint.DuringCommit)
 	if err := w.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
 		return fmt.Errorf("end transaction (commit): %w", classify(err))
 	}
