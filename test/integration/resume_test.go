@@ -1,0 +1,205 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tidemark/tidemark/connector"
+	"github.com/tidemark/tidemark/producer"
+	"github.com/tidemark/tidemark/schemas"
+)
+
+// TestStopAndResume cancels the run from inside the source after page k,
+// then runs again: the final state equals the table and no (id, value) was
+// published twice. With one page per transaction the stop lands between
+// commits; with the default bounds the pages read so far sit in the open
+// transaction, which the clean stop commits.
+func TestStopAndResume(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		txRecords int
+		k         int
+	}{
+		{"commit_per_page", 3, 4},
+		{"open_transaction_at_stop", 0, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, itemsDDL, "items")
+			for i := 1; i <= 20; i++ {
+				r.insertAt(i, t0.Add(time.Duration(i)*time.Microsecond), fmt.Sprintf("v%d", i))
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			pagesServed := 0
+			src := &hooked{Source: r.src, after: func(n int, _ connector.Page) {
+				pagesServed = n
+				if n == tc.k {
+					cancel()
+				}
+			}}
+			cfg := connector.Config{PageSize: 3, TxnMaxRecords: tc.txRecords}
+			c, err := r.engine(src, cfg).Run(ctx, connector.Once)
+			if err != nil {
+				t.Fatalf("stopped run: %v", err)
+			}
+			if pagesServed != tc.k {
+				t.Errorf("the engine read %d pages after the cancel at page %d", pagesServed-tc.k, tc.k)
+			}
+			// The stop kept exactly the pages read: 3*k rows, committed, and
+			// the checkpoint resumes the open pass after them.
+			st := r.fold()
+			if len(st.Live) != 3*tc.k || c.Published != int64(3*tc.k) {
+				t.Errorf("after the stop: %d live keys, %d published; want %d", len(st.Live), c.Published, 3*tc.k)
+			}
+			cp := r.checkpoint()
+			if cp.Phase != schemas.PhasePass || cp.Cursor == "" {
+				t.Errorf("checkpoint after the stop: phase %q cursor %q; want an open pass with a cursor", cp.Phase, cp.Cursor)
+			}
+			c2 := r.once(r.src, cfg)
+			st = r.assertTable()
+			assertNoDupes(t, st)
+			if c2.Published != int64(20-3*tc.k) {
+				t.Errorf("resumed run published %d, want %d", c2.Published, 20-3*tc.k)
+			}
+			if st.Records != 20 {
+				t.Errorf("the topic holds %d records, want 20", st.Records)
+			}
+		})
+	}
+}
+
+// TestAbortedTransactionLeavesNothing: the source fails permanently after
+// rows were published into the open transaction. The transaction is
+// aborted: a read_committed fold shows none of its rows and the committed
+// checkpoint is the one before it. A later run completes the table without
+// duplicates.
+func TestAbortedTransactionLeavesNothing(t *testing.T) {
+	r := newRig(t, itemsDDL, "items")
+	r.seed(10, time.Second)
+	var prior *schemas.Checkpoint
+	src := &hooked{Source: r.src}
+	src.before = func(ctx context.Context, n int) error {
+		if n != 4 {
+			return nil
+		}
+		// Pages 1-2 (ids 1..4) are committed; page 3 (ids 5, 6) is in the
+		// open transaction.
+		cp, err := r.store().Load(ctx)
+		if err != nil {
+			return err
+		}
+		prior = cp
+		return fmt.Errorf("injected: the table's permissions changed: %w", connector.ErrPermanent)
+	}
+	cfg := connector.Config{PageSize: 2, TxnMaxRecords: 4}
+	_, err := r.engine(src, cfg).Run(context.Background(), connector.Once)
+	if !errors.Is(err, connector.ErrPermanent) {
+		t.Fatalf("run: want the permanent error, got %v", err)
+	}
+	if prior == nil {
+		t.Fatal("no checkpoint was committed before the failure")
+	}
+	st := r.fold()
+	for _, id := range []string{"5", "6"} {
+		if _, ok := st.Publications[id]; ok {
+			t.Errorf("key %s from the aborted transaction is visible read_committed", id)
+		}
+	}
+	want := r.expected()
+	for _, id := range []string{"5", "6", "7", "8", "9", "10"} {
+		delete(want, id)
+	}
+	diffState(t, st, want)
+	after := r.checkpoint()
+	a, _ := schemas.EncodeCheckpoint(prior)
+	b, _ := schemas.EncodeCheckpoint(after)
+	if !bytes.Equal(a, b) {
+		t.Errorf("the committed checkpoint changed with the aborted transaction:\nbefore %s\nafter  %s", a, b)
+	}
+	if after.Cursor == "" || after.Phase != schemas.PhasePass {
+		t.Errorf("checkpoint: phase %q cursor %q; want the open pass after id 4", after.Phase, after.Cursor)
+	}
+
+	r.once(r.src, cfg)
+	st = r.assertTable()
+	assertNoDupes(t, st)
+}
+
+// TestSecondInstanceFencesFirst: a second instance with the same connector
+// name starts while the first is mid-pass. The first stops with ErrFenced
+// and never writes again; nothing of its open transaction is visible; the
+// second completes the table without duplicates.
+func TestSecondInstanceFencesFirst(t *testing.T) {
+	r := newRig(t, itemsDDL, "items")
+	r.seed(12, time.Second)
+	cfg := connector.Config{PageSize: 2, TxnMaxRecords: 4}
+	var once sync.Once
+	var fenceErr error
+	src := &hooked{Source: r.src}
+	src.before = func(ctx context.Context, n int) error {
+		if n == 4 { // pages 1-2 committed, page 3 in the open transaction
+			once.Do(func() {
+				// producer.New initialises the same transactional id: it
+				// fences the first instance and aborts its open transaction.
+				w, err := producer.New(ctx, producer.Config{Name: r.name, Topic: r.topic, OffsetsTopic: r.offsets, Opts: r.opts})
+				if err != nil {
+					fenceErr = err
+					return
+				}
+				w.Close()
+			})
+		}
+		return nil
+	}
+	_, err := r.engine(src, cfg).Run(context.Background(), connector.Once)
+	if fenceErr != nil {
+		t.Fatalf("second instance: %v", fenceErr)
+	}
+	if !errors.Is(err, connector.ErrFenced) {
+		t.Fatalf("first instance: want ErrFenced, got %v", err)
+	}
+	st := r.fold()
+	for id := range st.Publications {
+		switch id {
+		case "1", "2", "3", "4":
+		default:
+			t.Errorf("key %s visible although the fenced instance never committed it", id)
+		}
+	}
+	if cp := r.checkpoint(); cp.Seq != 1 {
+		t.Errorf("checkpoint seq %d after the fence, want 1 (the fenced instance must not commit again)", cp.Seq)
+	}
+	r.once(r.src, cfg)
+	st = r.assertTable()
+	assertNoDupes(t, st)
+}
+
+// TestRerunUnchangedTablePublishesNothing: every row is within the margin
+// of the watermark, so a re-run reads them all again; the dedupe set skips
+// them all and the topic's record count does not move.
+func TestRerunUnchangedTablePublishesNothing(t *testing.T) {
+	r := newRig(t, itemsDDL, "items")
+	for i := 1; i <= 9; i++ {
+		r.insertAt(i, t0.Add(time.Duration(i)*time.Millisecond), fmt.Sprintf("v%d", i))
+	}
+	cfg := connector.Config{PageSize: 2, Margin: time.Hour}
+	r.once(r.src, cfg)
+	st := r.assertTable()
+	assertNoDupes(t, st)
+	seq := r.checkpoint().Seq
+	for range 2 {
+		c := r.once(r.src, cfg)
+		if c.Raw != 9 || c.Deduped != 9 {
+			t.Errorf("re-run read %d rows and deduplicated %d; want all 9 read again and skipped", c.Raw, c.Deduped)
+		}
+		assertRerunPublishesNothing(t, r, r.src, cfg, nil, st.Records)
+	}
+	if got := r.checkpoint().Seq; got != seq {
+		t.Errorf("re-runs committed %d transactions over an unchanged table", got-seq)
+	}
+}
