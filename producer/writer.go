@@ -80,7 +80,14 @@ func (w *Writer) open(ctx context.Context) error {
 		kgo.TransactionTimeout(w.cfg.TransactionTimeout),
 		// Java-compatible murmur2 of the key bytes.
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
-		kgo.ProducerBatchMaxBytes(MaxCheckpointBytes),
+		// The offsets topic is created with max.message.bytes =
+		// MaxCheckpointBytes; every other topic keeps Kafka's default.
+		kgo.ProducerBatchMaxBytesFn(func(topic string) int32 {
+			if topic == w.cfg.OffsetsTopic {
+				return MaxCheckpointBytes
+			}
+			return 1_000_012
+		}),
 		kgo.ProducerBatchCompression(kgo.NoCompression()),
 		kgo.MaxBufferedRecords(100_000),
 		kgo.ProducerLinger(0),
