@@ -1,0 +1,196 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Column describes one column of the source table, for creating or
+// checking the target table.
+type Column struct {
+	// Name is the column name (the member name in the record value).
+	Name string
+	// Type is the SQL type as PostgreSQL's format_type prints it:
+	// "bigint", "numeric(12,2)", "timestamp with time zone", "text[]". It
+	// must name a type on the target server (checked with to_regtype
+	// before it is used).
+	Type string
+	// NotNull copies a NOT NULL constraint to a created table.
+	NotNull bool
+}
+
+// ErrSchema marks a target table that does not fit the records or the
+// source: a missing column, an incompatible type, no unique index on the
+// id column. An operator must change the table (or the configuration).
+var ErrSchema = errors.New("target table does not fit")
+
+// querier is what catalog reads need from a pool, a connection or a
+// transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// targetColumn is one column of the target table.
+type targetColumn struct {
+	name    string
+	typ     string // format_type, spliced into casts (catalog output, not configuration)
+	notNull bool
+	kind    kind
+	elem    kind
+}
+
+// columnsQuery lists a table's live columns, domains resolved one level,
+// with what the value conversion needs. $1 schema, $2 table.
+const columnsQuery = `
+WITH c AS (
+	SELECT a.attnum, a.attname::text AS name, a.attnotnull,
+	       CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE a.atttypid END AS base,
+	       CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END AS mod
+	FROM pg_catalog.pg_attribute a
+	JOIN pg_catalog.pg_class r ON r.oid = a.attrelid
+	JOIN pg_catalog.pg_namespace n ON n.oid = r.relnamespace
+	JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+	WHERE n.nspname = $1 AND r.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped
+)
+SELECT c.name, c.attnotnull, format_type(c.base, c.mod), c.base::int8,
+       bt.typcategory = 'A' AND bt.typelem <> 0, coalesce(et.oid, 0)::int8,
+       c.base < 16384 AND coalesce(et.oid, 0) < 16384
+FROM c
+JOIN pg_catalog.pg_type bt ON bt.oid = c.base
+LEFT JOIN pg_catalog.pg_type et ON et.oid = bt.typelem AND bt.typcategory = 'A'
+ORDER BY c.attnum`
+
+type catalogColumn struct {
+	name    string
+	notNull bool
+	typ     string
+	base    int64
+	isArray bool
+	elem    int64
+	builtin bool
+}
+
+func readColumns(ctx context.Context, q querier, schema, table string) ([]catalogColumn, error) {
+	rows, err := q.Query(ctx, columnsQuery, schema, table)
+	if err != nil {
+		return nil, fmt.Errorf("read columns of %s: %w", quote(schema, table), err)
+	}
+	cols, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (catalogColumn, error) {
+		var c catalogColumn
+		err := r.Scan(&c.name, &c.notNull, &c.typ, &c.base, &c.isArray, &c.elem, &c.builtin)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read columns of %s: %w", quote(schema, table), err)
+	}
+	return cols, nil
+}
+
+func kindOfOID(oid int64) kind {
+	switch oid {
+	case 17:
+		return kindBytea
+	case 114, 3802:
+		return kindJSON
+	}
+	return kindScalar
+}
+
+func toTarget(c catalogColumn) targetColumn {
+	t := targetColumn{name: c.name, typ: c.typ, notNull: c.notNull, kind: kindOfOID(c.base)}
+	if c.isArray {
+		t.kind, t.elem = kindArray, kindOfOID(c.elem)
+	}
+	return t
+}
+
+// DescribeSource reads the columns of a source table (all of them, or
+// those named in columns, in that order) for creating or checking the
+// target. Domains become their base type; types the target server may lack
+// (enums, composites, ranges and other user-defined types) become text
+// (text[] for their arrays): their values are PostgreSQL's text output.
+func DescribeSource(ctx context.Context, q querier, schema, table string, columns []string) ([]Column, error) {
+	if schema == "" {
+		schema = "public"
+	}
+	cols, err := readColumns(ctx, q, schema, table)
+	if err != nil {
+		return nil, err
+	}
+	if len(cols) == 0 {
+		return nil, fmt.Errorf("source table %s not found (or it has no columns)", quote(schema, table))
+	}
+	byName := map[string]catalogColumn{}
+	for _, c := range cols {
+		byName[c.name] = c
+	}
+	if len(columns) > 0 {
+		cols = cols[:0]
+		for _, n := range columns {
+			c, ok := byName[n]
+			if !ok {
+				return nil, fmt.Errorf("source table %s has no column %q", quote(schema, table), n)
+			}
+			cols = append(cols, c)
+		}
+	}
+	out := make([]Column, len(cols))
+	for i, c := range cols {
+		typ := c.typ
+		if !c.builtin {
+			typ = "text"
+			if c.isArray {
+				typ = "text[]"
+			}
+		}
+		out[i] = Column{Name: c.name, Type: typ, NotNull: c.notNull}
+	}
+	return out, nil
+}
+
+// baseName strips a type modifier: "numeric(12,2)" -> "numeric",
+// "timestamp(3) with time zone" -> "timestamp with time zone".
+func baseName(t string) string {
+	for {
+		i := strings.IndexByte(t, '(')
+		if i < 0 {
+			return t
+		}
+		j := strings.IndexByte(t[i:], ')')
+		if j < 0 {
+			return t
+		}
+		t = t[:i] + t[i+j+1:]
+	}
+}
+
+// widenings are the source -> target type pairs that hold every value.
+var widenings = map[[2]string]bool{
+	{"smallint", "integer"}: true, {"smallint", "bigint"}: true, {"smallint", "numeric"}: true,
+	{"integer", "bigint"}: true, {"integer", "numeric"}: true, {"bigint", "numeric"}: true,
+	{"real", "double precision"}: true,
+	{"json", "jsonb"}:            true, {"jsonb", "json"}: true,
+	{"character varying", "text"}: true, {"text", "character varying"}: true, {"character", "text"}: true,
+	{"timestamp without time zone", "timestamp with time zone"}: true,
+	{"timestamp with time zone", "timestamp without time zone"}: true,
+}
+
+// compatible reports whether a source column of type src can be stored in a
+// target column of type dst. text (and text[]) takes anything, since every
+// value is text input; otherwise the base types must match or widen.
+func compatible(src, dst string) bool {
+	s, d := baseName(src), baseName(dst)
+	sa, da := strings.HasSuffix(s, "[]"), strings.HasSuffix(d, "[]")
+	if sa != da {
+		return d == "text" || d == "jsonb" || d == "json"
+	}
+	s, d = strings.TrimSuffix(s, "[]"), strings.TrimSuffix(d, "[]")
+	return s == d || d == "text" || widenings[[2]string{s, d}]
+}
+
+func quote(parts ...string) string { return pgx.Identifier(parts).Sanitize() }
