@@ -48,8 +48,8 @@ type Config struct {
 	Name string
 	// PageSize is the number of rows per page; default 1000.
 	PageSize int
-	// Margin is the safety margin M re-read below the watermark; default 10s
-	// (a negative value means 0).
+	// Margin is the safety margin M re-read below the watermark; default
+	// 10s (0), and a negative value means no margin at all.
 	Margin time.Duration
 	// PollInterval is the pause between passes in continuous mode; default 1s.
 	PollInterval time.Duration
@@ -94,7 +94,9 @@ func (c *Config) defaults() {
 	if c.PageSize <= 0 {
 		c.PageSize = 1000
 	}
-	if c.Margin < 0 {
+	if c.Margin == 0 {
+		c.Margin = 10 * time.Second
+	} else if c.Margin < 0 {
 		c.Margin = 0
 	}
 	if c.PollInterval <= 0 {

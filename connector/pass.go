@@ -341,7 +341,9 @@ func fnv64(s string) uint64 {
 // known yet, so an entry pruned here may be read again: that costs a
 // duplicate publication, never a row.
 func (e *Engine) pruneMidPass() {
-	if e.cp.Phase == schemas.PhaseIdle || e.cp.PassMax == "" {
+	// A consistent load that is interrupted restarts from scratch and reads
+	// every row again, so while W is minus infinity B keeps all it can.
+	if e.cp.Phase != schemas.PhasePass || e.cp.PassMax == "" {
 		return
 	}
 	cand, err := schemas.ParseTime(e.cp.PassMax)

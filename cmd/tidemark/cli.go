@@ -220,10 +220,14 @@ func (a *cli) engineConfig() connector.Config {
 	if dedupe == 0 {
 		dedupe = -1 // 0 in the file disables dedupe
 	}
+	margin := s.Margin.Duration
+	if margin == 0 {
+		margin = -1 // 0s in the file means no margin
+	}
 	return connector.Config{
 		Name:              a.cfg.Name,
 		PageSize:          s.PageSize,
-		Margin:            s.Margin.Duration,
+		Margin:            margin,
 		PollInterval:      s.PollInterval.Duration,
 		PollJitter:        s.PollJitter,
 		TxnMaxRecords:     s.TxnMaxRecords,
