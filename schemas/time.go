@@ -13,12 +13,27 @@ const TimeLayout = "2006-01-02T15:04:05.000000Z"
 
 // FormatTime formats t in TimeLayout (UTC, microseconds).
 func FormatTime(t time.Time) string {
-	return t.UTC().Truncate(time.Microsecond).Format(TimeLayout)
+	var buf [32]byte
+	return string(AppendTime(buf[:0], t))
 }
 
-// AppendTime appends t in TimeLayout to b.
+// AppendTime appends t in TimeLayout to b. It is on the hot path (one
+// header per record), so years 0..9999 are formatted by hand; others fall
+// back to time.Format.
 func AppendTime(b []byte, t time.Time) []byte {
-	return t.UTC().Truncate(time.Microsecond).AppendFormat(b, TimeLayout)
+	t = t.UTC()
+	year, month, day := t.Date()
+	if year < 0 || year > 9999 {
+		return t.Truncate(time.Microsecond).AppendFormat(b, TimeLayout)
+	}
+	hour, min, sec := t.Clock()
+	us := t.Nanosecond() / 1000
+	b = append(b, byte('0'+year/1000), byte('0'+year/100%10), byte('0'+year/10%10), byte('0'+year%10), '-',
+		byte('0'+int(month)/10), byte('0'+int(month)%10), '-', byte('0'+day/10), byte('0'+day%10), 'T',
+		byte('0'+hour/10), byte('0'+hour%10), ':', byte('0'+min/10), byte('0'+min%10), ':',
+		byte('0'+sec/10), byte('0'+sec%10), '.')
+	return append(b, byte('0'+us/100000), byte('0'+us/10000%10), byte('0'+us/1000%10),
+		byte('0'+us/100%10), byte('0'+us/10%10), byte('0'+us%10), 'Z')
 }
 
 // ParseTime parses a timestamp written by FormatTime. It also accepts any
