@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/tidemark/tidemark/schemas"
@@ -412,10 +414,10 @@ func (e *Engine) fingerprintStop(cp *schemas.Checkpoint) error {
 			changes = append(changes, fmt.Sprintf("%s: %q -> (unset)", k, old))
 		}
 	}
-	slicesSort(changes)
+	slices.Sort(changes)
 	what := "the configuration fingerprint differs"
 	if len(changes) > 0 {
-		what = "the configuration changed since the last checkpoint: " + joinLines(changes)
+		what = "the configuration changed since the last checkpoint: " + strings.Join(changes, "; ")
 	}
 	return &StopError{
 		Reason: what,

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -305,7 +306,7 @@ func TestEngineFingerprintMismatchStops(t *testing.T) {
 	e, _ := r.engine(m, connector.Config{Fingerprint: "fp2", FingerprintFields: map[string]string{"source.table": "t2"}})
 	_, err := e.Run(context.Background(), connector.Once)
 	var stop *connector.StopError
-	if !errorsAs(err, &stop) || !strings.Contains(err.Error(), `source.table: "t1" -> "t2"`) {
+	if !errors.As(err, &stop) || !strings.Contains(err.Error(), `source.table: "t1" -> "t2"`) {
 		t.Fatalf("want a safety stop naming the change, got %v", err)
 	}
 }
@@ -324,7 +325,7 @@ func TestEngineZombieIsFenced(t *testing.T) {
 		}
 	}
 	_, err := e1.Run(context.Background(), connector.Once)
-	if !errorsIs(err, connector.ErrFenced) {
+	if !errors.Is(err, connector.ErrFenced) {
 		t.Fatalf("first instance: want ErrFenced, got %v", err)
 	}
 }

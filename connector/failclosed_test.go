@@ -2,6 +2,7 @@ package connector_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -39,7 +40,7 @@ func TestLostCheckpointIsASafetyStop(t *testing.T) {
 		e, _ := r.engine(m, connector.Config{PageSize: 4})
 		_, err := e.Run(context.Background(), connector.Once)
 		var stop *connector.StopError
-		if !errorsAs(err, &stop) || !strings.Contains(err.Error(), "checkpoint was lost") {
+		if !errors.As(err, &stop) || !strings.Contains(err.Error(), "checkpoint was lost") {
 			t.Fatalf("attempt %d: want a safety stop for the lost checkpoint, got %v", attempt, err)
 		}
 	}

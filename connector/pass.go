@@ -3,8 +3,6 @@ package connector
 import (
 	"context"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/tidemark/tidemark/failpoint"
@@ -410,7 +408,3 @@ func minTime(a, b time.Time) time.Time {
 	}
 	return a
 }
-
-func slicesSort(s []string) { slices.Sort(s) }
-
-func joinLines(s []string) string { return strings.Join(s, "; ") }
