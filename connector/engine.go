@@ -253,6 +253,10 @@ func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 		}
 		if Fatal(err) {
 			e.cfg.Observer.ObserveStop(stopKind(err))
+			var stop *StopError
+			if errors.As(err, &stop) && retryReason(err) == "source" {
+				e.markNeedsDecision(ctx, stop)
+			}
 			return e.completion(started, "stopped: "+err.Error()), err
 		}
 		e.cfg.Observer.ObserveRetry(retryReason(err))
@@ -343,6 +347,24 @@ func (e *Engine) startRun(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// markNeedsDecision records a source's safety stop (a rejected cursor) in
+// the committed checkpoint, so that every later start refuses until an
+// operator decides with `tidemark reset`. The checkpoint is reloaded first:
+// nothing uncommitted is kept. A failure here is logged; the stop stands.
+func (e *Engine) markNeedsDecision(ctx context.Context, stop *StopError) {
+	ctx = context.WithoutCancel(ctx)
+	if err := e.recover(ctx); err != nil {
+		e.log.Error("could not mark the checkpoint as needing a decision", "err", err)
+		return
+	}
+	e.cp.NeedsDecision = stop.Reason
+	if err := e.commit(ctx); err != nil {
+		e.log.Error("could not mark the checkpoint as needing a decision", "err", err)
+		return
+	}
+	e.log.Error("checkpoint marked: needs an operator decision", "reason", stop.Reason, "action", stop.Hint)
 }
 
 // recover resets the producer session and reloads the committed checkpoint,

@@ -87,3 +87,31 @@ func TestLedgerRecordsRunsAndTransactions(t *testing.T) {
 		}
 	}
 }
+
+func TestSourceSafetyStopMarksCheckpoint(t *testing.T) {
+	r := newRig(t)
+	m := newMemTable()
+	for i := range 6 {
+		m.set(fmt.Sprintf("k%d", i), t0.Add(time.Duration(i)*time.Second), "v", false)
+	}
+	m.onPage = func(n int) {
+		if n == 3 {
+			m.failNext = connector.Stopf("tidemark reset", "the upstream rejected cursor %q", "c2")
+		}
+	}
+	e, _ := r.engine(m, connector.Config{PageSize: 2, TxnMaxRecords: 2})
+	_, err := e.Run(context.Background(), connector.Once)
+	var stop *connector.StopError
+	if !errors.As(err, &stop) {
+		t.Fatalf("want a safety stop, got %v", err)
+	}
+	cp, err := r.store().Load(context.Background())
+	if err != nil || cp == nil || !strings.Contains(cp.NeedsDecision, "rejected cursor") {
+		t.Fatalf("checkpoint not marked: %+v %v", cp, err)
+	}
+	m.onPage = nil
+	e2, _ := r.engine(m, connector.Config{PageSize: 2})
+	if _, err := e2.Run(context.Background(), connector.Once); !errors.As(err, &stop) || !strings.Contains(err.Error(), "needing an operator decision") {
+		t.Fatalf("a marked checkpoint must refuse to run: %v", err)
+	}
+}
