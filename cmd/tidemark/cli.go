@@ -37,6 +37,8 @@ type cli struct {
 
 	replicaDSN, replicaSchema, replicaTable string
 
+	replica replicaFlags // tidemark replica (replica.go)
+
 	cfg     *Config
 	log     *slog.Logger
 	closers []func()
@@ -74,6 +76,8 @@ func (a *cli) parse(cmd string, args []string) error {
 		fs.StringVar(&a.replicaTable, "replica-table", "", "compare with this replica table instead of the topic")
 		fs.StringVar(&a.replicaSchema, "replica-schema", "", "schema of the replica table (default: source.schema)")
 		fs.StringVar(&a.replicaDSN, "replica-dsn", "", "DSN of the replica database (default: source.dsn)")
+	case "replica":
+		a.registerReplicaFlags(fs)
 	case "reset":
 		fs.BoolVar(&a.yes, "yes", false, "do not ask for confirmation")
 		fs.StringVar(&a.reason, "reason", "", "why (recorded with the reset)")

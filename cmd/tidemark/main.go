@@ -62,6 +62,7 @@ var commands = []command{
 	{"status", "print the committed checkpoint", cmdStatus},
 	{"verify", "prove the topic (or a replica table) equals the source: key set and content", cmdVerify},
 	{"sweep", "reconcile now: tombstones for hard-deleted rows, repair of missing or stale keys", cmdSweep},
+	{"replica", "fold the topic into a PostgreSQL table, exactly once (--target-table, --from-beginning, --once)", cmdReplica},
 	{"ledger", "print the ledger: runs, where each resumed from, and every committed transaction", cmdLedger},
 	{"reset", "operator decision: start the connector over from scratch or from a stated watermark", cmdReset},
 	{"version", "print the version", func(_ context.Context, a *cli) error { fmt.Fprintln(a.stdout, "tidemark", version); return nil }},

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tidemark/tidemark/connector"
+	"github.com/tidemark/tidemark/replica"
+	replicapg "github.com/tidemark/tidemark/replica/postgres"
+)
+
+// replicaFlags are the flags of `tidemark replica`.
+type replicaFlags struct {
+	targetDSN     string
+	targetSchema  string
+	targetTable   string
+	idColumn      string
+	fromBeginning bool
+	infer         bool
+	batchRecords  int
+}
+
+func (a *cli) registerReplicaFlags(fs *flag.FlagSet) {
+	f := &a.replica
+	fs.StringVar(&f.targetDSN, "target-dsn", "", "PostgreSQL DSN of the replica database (default: source.dsn)")
+	fs.StringVar(&f.targetSchema, "target-schema", "", "schema of the replica table and its offsets table (default: the DSN's current schema)")
+	fs.StringVar(&f.targetTable, "target-table", "", "replica table; created when missing (required)")
+	fs.StringVar(&f.idColumn, "target-id-column", "", "replica column holding the record key (default: source.id_column, else id)")
+	fs.BoolVar(&f.fromBeginning, "from-beginning", false, "rebuild from scratch: empty the table and its positions in one transaction, then consume from the start")
+	fs.BoolVar(&f.infer, "infer", false, "create a missing table from the first records' JSON types instead of the source table's column types")
+	fs.IntVar(&f.batchRecords, "batch-records", 5000, "records per database transaction")
+	fs.BoolVar(&a.once, "once", false, "stop when caught up with the topic's end as observed at start")
+}
+
+// cmdReplica folds the data topic into a PostgreSQL table, exactly once:
+// positions are stored in the target database with the rows.
+func cmdReplica(ctx context.Context, a *cli) error {
+	defer a.closeAll()
+	f := a.replica
+	if f.targetTable == "" {
+		return &ConfigError{Key: "--target-table", Msg: "the replica table is required: tidemark replica --config FILE --target-table orders_replica"}
+	}
+	cfg := replicapg.Config{
+		DSN: f.targetDSN, Schema: f.targetSchema, Table: f.targetTable, IDColumn: f.idColumn,
+		Topic: a.cfg.Kafka.Topic,
+	}
+	if cfg.DSN == "" {
+		cfg.DSN = a.cfg.Source.DSN
+	}
+	if cfg.IDColumn == "" {
+		cfg.IDColumn = a.cfg.Source.IDColumn
+	}
+	if !f.infer {
+		cols, err := a.sourceColumns(ctx)
+		if err != nil {
+			return err
+		}
+		cfg.Columns = cols
+	}
+	target, err := replicapg.Open(ctx, cfg)
+	if err != nil {
+		if errors.Is(err, replicapg.ErrSchema) {
+			return &ConfigError{Key: "--target-table", Msg: "the replica table " + f.targetTable + " does not fit", Err: err}
+		}
+		return fmt.Errorf("open replica target %s: %w", RedactDSN(cfg.DSN), err)
+	}
+	a.closers = append(a.closers, target.Close)
+
+	opts, err := a.kafkaOpts()
+	if err != nil {
+		return err
+	}
+	c, err := replica.NewConsumer(replica.Config{Topic: a.cfg.Kafka.Topic, Opts: opts, BatchRecords: f.batchRecords, Logger: a.log}, target)
+	if err != nil {
+		return err
+	}
+	if f.fromBeginning {
+		if err := target.Reset(ctx); err != nil {
+			return fmt.Errorf("rebuild %s from the beginning: %w", target.Ident(), err)
+		}
+		a.log.Info("replica emptied: rebuilding from the beginning of the topic", "table", target.Ident())
+	}
+	mode := replica.Follow
+	if a.once {
+		mode = replica.Once
+	}
+	st, err := c.Run(ctx, mode)
+	if err != nil {
+		return replicaError(err, target.Ident())
+	}
+	fmt.Fprintf(a.stdout, "replica %s: applied %d records (%d upserts, %d tombstones) in %d transactions; lag %d; positions %v\n",
+		target.Ident(), st.Records, st.Upserts, st.Tombstones, st.Batches, st.TotalLag(), st.Positions)
+	return nil
+}
+
+// sourceColumns describes the source table for creating or checking the
+// replica table; nil (infer from records) when the source is not
+// PostgreSQL.
+func (a *cli) sourceColumns(ctx context.Context) ([]replicapg.Column, error) {
+	if k := a.cfg.Source.Kind; k != "" && k != "postgres" {
+		return nil, nil
+	}
+	pc, err := a.pgConfig()
+	if err != nil {
+		return nil, err
+	}
+	poolCfg, err := pgxpool.ParseConfig(pc.DSN)
+	if err != nil {
+		return nil, &ConfigError{Key: "source.dsn", Msg: "cannot parse", Err: err}
+	}
+	if pc.Password != "" {
+		poolCfg.ConnConfig.Password = pc.Password
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to the source %s to read its column types: %w", RedactDSN(pc.DSN), err)
+	}
+	defer pool.Close()
+	cols, err := replicapg.DescribeSource(ctx, pool, pc.Schema, pc.Table, pc.Columns)
+	if err != nil {
+		return nil, fmt.Errorf("read the source's column types (or use --infer): %w", err)
+	}
+	return cols, nil
+}
+
+// replicaError maps the replica's stops to the exit codes.
+func replicaError(err error, table string) error {
+	var ve *replicapg.ValueError
+	switch {
+	case errors.As(err, &ve):
+		return &connector.StopError{Reason: "a record does not fit the replica table; nothing of its batch was applied", Err: err,
+			Hint: fmt.Sprintf("change the column's type in %s (ALTER TABLE) or rebuild it, then run again: it resumes at this batch", table)}
+	case errors.Is(err, replica.ErrPosition):
+		return &connector.StopError{Reason: "the stored replica position does not fit the topic", Err: err,
+			Hint: "rebuild the replica: tidemark replica --from-beginning"}
+	case errors.Is(err, replicapg.ErrConflict):
+		return &connector.StopError{Reason: "another replica process writes " + table, Err: err,
+			Hint: "run one replica process per target table"}
+	}
+	return err
+}
