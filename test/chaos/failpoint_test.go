@@ -65,5 +65,7 @@ func TestCrashAtEveryStepBoundary(t *testing.T) {
 			})
 		}
 	}
-	t.Cleanup(func() { t.Logf("step boundaries: %d crashes at failpoints (%d points x %d hits x 2 rounds), each followed by a clean run", crashes.Load(), len(points), len(hits)) })
+	t.Cleanup(func() {
+		t.Logf("step boundaries: %d crashes at failpoints (%d points x %d hits x 2 rounds), each followed by a clean run", crashes.Load(), len(points), len(hits))
+	})
 }
