@@ -93,6 +93,61 @@ type SourceConfig struct {
 	// or "consistent" (the first pass runs in one REPEATABLE READ READ ONLY
 	// transaction). Consistent is postgres only.
 	InitialLoad string `yaml:"initial_load"`
+	// HTTP configures kind http; the endpoint URL is DSN. HTTP only.
+	HTTP HTTPSourceConfig `yaml:"http,omitempty"`
+}
+
+// HTTPSourceConfig describes a cursor-paginated HTTP changes API (kind
+// http). Empty values take the defaults of connector/httpsrc.Config, where
+// each key is documented; JSON paths are dot-separated object keys.
+type HTTPSourceConfig struct {
+	// SinceParam, CursorParam, LimitParam name the query parameters.
+	// Defaults since, cursor, limit.
+	SinceParam  string `yaml:"since_param"`
+	CursorParam string `yaml:"cursor_param"`
+	LimitParam  string `yaml:"limit_param"`
+	// MaxLimit caps the limit sent (sync.page_size otherwise). Default 0:
+	// no cap. The reference feed allows at most 500.
+	MaxLimit int `yaml:"max_limit"`
+	// ItemsPath, IDPath, UpdatedAtPath [fingerprint]: the items array and,
+	// in each item, the id and the RFC 3339 change time. Defaults items,
+	// id, updated_at.
+	ItemsPath     string `yaml:"items_path"`
+	IDPath        string `yaml:"id_path"`
+	UpdatedAtPath string `yaml:"updated_at_path"`
+	// DeletedPath (a boolean) and DeletedAtPath (a timestamp or null) mark
+	// deletions [fingerprint]. Default none.
+	DeletedPath   string `yaml:"deleted_path"`
+	DeletedAtPath string `yaml:"deleted_at_path"`
+	// ValuePath is the part of the item published as the value
+	// [fingerprint]. Default "": the whole item.
+	ValuePath string `yaml:"value_path"`
+	// Pagination is cursor (default: next cursor in the body) or link (RFC
+	// 8288 Link rel="next").
+	Pagination string `yaml:"pagination"`
+	// NextCursorPath and HasMorePath locate next_cursor (default
+	// next_cursor) and has_more (default none) in the body.
+	NextCursorPath string `yaml:"next_cursor_path"`
+	HasMorePath    string `yaml:"has_more_path"`
+	// AuthHeader names a header sent with every request (e.g.
+	// Authorization); its value comes from AuthValueEnv or AuthValueFile
+	// and is never printed.
+	AuthHeader    string `yaml:"auth_header"`
+	AuthValueEnv  string `yaml:"auth_value_env"`
+	AuthValueFile string `yaml:"auth_value_file"`
+	// RejectStatuses and RejectCodes recognise a rejected cursor (a safety
+	// stop, exit 3); ErrorCodePath locates the error code. Defaults 400,410;
+	// the reference feed's cursor codes; error.code.
+	RejectStatuses []string `yaml:"reject_statuses"`
+	RejectCodes    []string `yaml:"reject_codes"`
+	ErrorCodePath  string   `yaml:"error_code_path"`
+	// RequestTimeout bounds one request. Default 30s.
+	RequestTimeout Duration `yaml:"request_timeout"`
+	// MaxRetries is how often one page is retried (429, 5xx, connection
+	// errors) before the run's own retry takes over. Default 8.
+	MaxRetries int `yaml:"max_retries"`
+	// MaxRetryAfter caps an honoured Retry-After. Default 5m.
+	MaxRetryAfter Duration `yaml:"max_retry_after"`
 }
 
 // KafkaConfig describes the destination cluster and topics.
@@ -474,6 +529,11 @@ func (c *Config) Validate() error {
 			}
 			seen[col] = true
 		}
+		for _, f := range configFields().leaves {
+			if strings.HasPrefix(f.key, "source.http.") && !f.value(c).IsZero() {
+				p.add(f.key, "only used with source.kind http; remove it (source.kind is postgres)")
+			}
+		}
 		if strings.TrimSpace(s.DSN) == "" {
 			p.add("source.dsn", "required; e.g. postgres://tidemark@db.example.com:5432/shop?sslmode=require (put the password in source.password_env or source.password_file)")
 		} else if msg := checkPostgresDSN(s.DSN); msg != "" {
@@ -492,6 +552,24 @@ func (c *Config) Validate() error {
 		}
 		if c.Kafka.Topic == "" {
 			p.add("kafka.topic", "required for source.kind http (it defaults to source.table only for postgres)")
+		}
+		h := &s.HTTP
+		if h.Pagination != "" && h.Pagination != "cursor" && h.Pagination != "link" {
+			p.add("source.http.pagination", "%q is not a pagination; use cursor (next cursor in the body) or link (Link rel=\"next\")", h.Pagination)
+		}
+		if h.AuthValueEnv != "" && h.AuthValueFile != "" {
+			p.add("source.http.auth_value_file", "source.http.auth_value_env and source.http.auth_value_file are both set; keep one")
+		}
+		if (h.AuthHeader == "") != (h.AuthValueEnv == "" && h.AuthValueFile == "") {
+			p.add("source.http.auth_header", "auth_header and one of auth_value_env or auth_value_file go together; set both or neither")
+		}
+		for i, st := range h.RejectStatuses {
+			if n, err := strconv.Atoi(st); err != nil || n < 400 || n > 499 {
+				p.addKey("source.http.reject_statuses", fmt.Sprintf("source.http.reject_statuses[%d]", i), "%q is not a 4xx status; list e.g. 400, 410 (5xx are retried)", st)
+			}
+		}
+		if h.MaxLimit < 0 || h.MaxRetries < 0 || h.RequestTimeout.Duration < 0 || h.MaxRetryAfter.Duration < 0 {
+			p.add("source.http", "max_limit, max_retries, request_timeout and max_retry_after must not be negative (0 means the default)")
 		}
 	default:
 		p.add("source.kind", "%q is not a source kind; use postgres or http%s", s.Kind, with("source.kind"))
@@ -677,6 +755,8 @@ func (c *Config) clone() *Config {
 	d := *c
 	d.Source.Columns = slices.Clone(c.Source.Columns)
 	d.Kafka.Brokers = slices.Clone(c.Kafka.Brokers)
+	d.Source.HTTP.RejectStatuses = slices.Clone(c.Source.HTTP.RejectStatuses)
+	d.Source.HTTP.RejectCodes = slices.Clone(c.Source.HTTP.RejectCodes)
 	if c.origin != nil {
 		d.origin = make(map[string]string, len(c.origin))
 		for k, v := range c.origin {
@@ -981,6 +1061,12 @@ func (c *Config) Fingerprint() (sum string, fields map[string]string) {
 	fields["source.dsn.host"] = host
 	if s.Kind == "http" {
 		fields["source.dsn.path"] = db
+		// The paths that decide the record's key, value and deletes.
+		h := &s.HTTP
+		for k, v := range map[string]string{"items_path": h.ItemsPath, "id_path": h.IDPath, "updated_at_path": h.UpdatedAtPath,
+			"deleted_path": h.DeletedPath, "deleted_at_path": h.DeletedAtPath, "value_path": h.ValuePath} {
+			fields["source.http."+k] = v
+		}
 	} else {
 		fields["source.dsn.dbname"] = db
 	}
