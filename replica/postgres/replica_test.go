@@ -285,11 +285,15 @@ func TestValueRejectedByTargetType(t *testing.T) {
 				!strings.Contains(err.Error(), `id "2"`) || !strings.Contains(err.Error(), `column "`+tc.column+`"`) {
 				t.Errorf("error %q: want id 2, column %s, %q", err, tc.column, tc.msg)
 			}
-			if got := r.dump2("typed"); got != "" {
-				t.Errorf("rows applied from the failed batch:\n%s", got)
-			}
-			if pos, _ := tg.Positions(context.Background()); len(pos) != 0 {
-				t.Errorf("positions stored for the failed batch: %v", pos)
+			// The fetch may have split the records before id 2 into an
+			// earlier batch; the failed batch (id 2 onwards) left nothing.
+			pos, _ := tg.Positions(context.Background())
+			got := r.dump2("typed")
+			switch {
+			case len(pos) == 0 && got == "":
+			case maps.Equal(pos, map[int32]int64{0: 1}) && got == "(1,1,\"\\\\x0001\")\n":
+			default:
+				t.Errorf("after the failed batch: positions %v, rows:\n%s", pos, got)
 			}
 		})
 	}
