@@ -45,7 +45,7 @@ type counter struct {
 
 var retryReasons = [4]string{"source", "kafka", "checkpoint", "other"}
 
-func (c *counter) ObservePage(time.Duration, int)      {}
+func (c *counter) ObservePage(time.Duration, int)     {}
 func (c *counter) ObserveCommit(connector.CommitInfo) { c.commits.Add(1) }
 func (c *counter) ObserveAbort()                      { c.aborts.Add(1) }
 func (c *counter) ObserveStop(string)                 { c.stops.Add(1) }
