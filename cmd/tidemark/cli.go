@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/connector"
+	"github.com/tidemark/tidemark/connector/httpsrc"
 	"github.com/tidemark/tidemark/connector/postgres"
 	"github.com/tidemark/tidemark/offsets"
 	"github.com/tidemark/tidemark/producer"
@@ -38,6 +39,8 @@ type cli struct {
 	replicaDSN, replicaSchema, replicaTable string
 
 	replica replicaFlags // tidemark replica (replica.go)
+
+	feed feedOptions
 
 	cfg     *Config
 	log     *slog.Logger
@@ -78,6 +81,11 @@ func (a *cli) parse(cmd string, args []string) error {
 		fs.StringVar(&a.replicaDSN, "replica-dsn", "", "DSN of the replica database (default: source.dsn)")
 	case "replica":
 		a.registerReplicaFlags(fs)
+	case "feed":
+		var err error
+		if args, err = a.feedArgs(fs, args); err != nil {
+			return err
+		}
 	case "reset":
 		fs.BoolVar(&a.yes, "yes", false, "do not ask for confirmation")
 		fs.StringVar(&a.reason, "reason", "", "why (recorded with the reset)")
@@ -189,8 +197,18 @@ func (a *cli) source(ctx context.Context) (connector.Source, error) {
 		}
 		a.closers = append(a.closers, src.Close)
 		return src, nil
+	case "http":
+		hc, err := a.httpConfig()
+		if err != nil {
+			return nil, err
+		}
+		src, err := httpsrc.New(hc)
+		if err != nil {
+			return nil, &ConfigError{Key: "source.http", Err: err}
+		}
+		return src, nil
 	}
-	return nil, &ConfigError{Key: "source.kind", Msg: fmt.Sprintf("source kind %q is not supported by this build; use postgres", a.cfg.Source.Kind)}
+	return nil, &ConfigError{Key: "source.kind", Msg: fmt.Sprintf("source kind %q is not supported by this build; use postgres or http", a.cfg.Source.Kind)}
 }
 
 // store reads the checkpoint, failing closed: a missing checkpoint with

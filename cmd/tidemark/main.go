@@ -65,6 +65,7 @@ var commands = []command{
 	{"replica", "fold the topic into a PostgreSQL table, exactly once (--target-table, --from-beginning, --once)", cmdReplica},
 	{"ledger", "print the ledger: runs, where each resumed from, and every committed transaction", cmdLedger},
 	{"reset", "operator decision: start the connector over from scratch or from a stated watermark", cmdReset},
+	{"feed", "serve the configured table as a reference changes API: feed serve --listen 127.0.0.1:8080 --hmac-key-file F", cmdFeed},
 	{"version", "print the version", func(_ context.Context, a *cli) error { fmt.Fprintln(a.stdout, "tidemark", version); return nil }},
 }
 

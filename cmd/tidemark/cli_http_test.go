@@ -1,0 +1,307 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tidemark/tidemark/connector"
+	"github.com/tidemark/tidemark/connector/postgres"
+	"github.com/tidemark/tidemark/feed"
+	"github.com/tidemark/tidemark/fold"
+	"github.com/tidemark/tidemark/offsets"
+	"github.com/tidemark/tidemark/test/harness"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// httpWorld is a PostgreSQL table, a Kafka cluster and a directory for
+// config files, for the http source through the CLI.
+type httpWorld struct {
+	t     *testing.T
+	db    *harness.DB
+	kafka *harness.Kafka
+	table *postgres.Source
+	dir   string
+}
+
+const httpName = "http-sync"
+
+func newHTTPWorld(t *testing.T, rows int) *httpWorld {
+	t.Helper()
+	db := harness.NewDB(t)
+	db.Exec(t, `CREATE TABLE items (id bigint PRIMARY KEY, v text, doc jsonb, updated_at timestamptz NOT NULL, deleted_at timestamptz);
+		CREATE INDEX ON items (updated_at, id)`)
+	db.Exec(t, `INSERT INTO items (id, v, doc, updated_at, deleted_at)
+		SELECT i, 'v' || i, jsonb_build_object('n', i), '2026-01-01T00:00:00Z'::timestamptz + i * interval '1 microsecond',
+		       CASE WHEN i % 7 = 0 THEN now() END
+		FROM generate_series(1, $1) AS i`, rows)
+	table, err := postgres.New(context.Background(), postgres.Config{DSN: db.URL, Schema: db.Schema, Table: "items", DeletedAtColumn: "deleted_at"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(table.Close)
+	return &httpWorld{t: t, db: db, kafka: harness.NewKafka(t), table: table, dir: t.TempDir()}
+}
+
+// httpConfig writes a config for source.kind http at endpoint.
+func (w *httpWorld) httpConfig(endpoint, extra string) string {
+	w.t.Helper()
+	text := fmt.Sprintf(`name: %s
+source:
+  kind: http
+  dsn: %s
+  http:
+    value_path: data
+    deleted_path: deleted
+    has_more_path: has_more
+    max_limit: 500
+%s
+kafka:
+  brokers: [%s]
+  topic: items-http
+sync:
+  page_size: 4
+  txn_max_records: 4
+  margin: 10s
+  poll_interval: 50ms
+log:
+  level: warn
+  format: text
+`, httpName, endpoint, extra, strings.Join(w.kafka.Brokers, ", "))
+	path := filepath.Join(w.dir, "http.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		w.t.Fatal(err)
+	}
+	return path
+}
+
+// live is the feed's own encoding of the live rows.
+func (w *httpWorld) live() map[string]string {
+	w.t.Helper()
+	out := map[string]string{}
+	req := connector.PageRequest{Limit: 1000}
+	for {
+		p, err := w.table.Page(context.Background(), req)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		if p.End {
+			return out
+		}
+		for _, r := range p.Rows {
+			if !r.Deleted {
+				out[r.ID] = string(r.Value)
+			}
+		}
+		req.Cursor = p.Next
+	}
+}
+
+func (w *httpWorld) assertTopic() {
+	w.t.Helper()
+	st, err := fold.Map(context.Background(), []kgo.Opt{kgo.SeedBrokers(w.kafka.Brokers...)}, "items-http")
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	want := w.live()
+	for k, v := range want {
+		if got, ok := st.Live[k]; !ok || string(got.Value) != v {
+			w.t.Errorf("key %s: topic has %q, feed has %s", k, got.Value, v)
+		}
+	}
+	for k := range st.Live {
+		if _, ok := want[k]; !ok {
+			w.t.Errorf("key %s in the topic but not live upstream", k)
+		}
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a writer goroutine and a reader.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *lockedBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *lockedBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (w *httpWorld) cli(ctx context.Context, secret string, args ...string) (int, string, string) {
+	w.t.Helper()
+	var o, e lockedBuffer
+	code := run(ctx, args, &o, &e)
+	if secret != "" && (strings.Contains(o.String(), secret) || strings.Contains(e.String(), secret)) {
+		w.t.Errorf("tidemark %s printed a secret:\n%s\n%s", args[0], o.String(), e.String())
+	}
+	return code, o.String(), e.String()
+}
+
+// A stored cursor the upstream rejects on resume: exit 3 and nothing
+// guessed; `tidemark reset --yes` then a rerun completes exactly.
+func TestCLIHTTPRejectedCursorThenReset(t *testing.T) {
+	w := newHTTPWorld(t, 30)
+	const token = "tok-Sup3rS3cret"
+	t.Setenv("TIDEMARK_TEST_FEED_AUTH", "Bearer "+token)
+
+	var mu sync.Mutex
+	var hook func(n int64)
+	var cursors []string
+	newFeed := func(key string) *feed.Server {
+		s, err := feed.New(feed.Config{Table: w.table, Key: []byte(key), Collection: w.db.Schema + ".items", AuthToken: token,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Faults: func(r feed.FaultRequest) feed.Fault {
+				mu.Lock()
+				h := hook
+				cursors = append(cursors, r.Cursor)
+				mu.Unlock()
+				if h != nil {
+					h(r.N)
+				}
+				return feed.Fault{}
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	srv := newFeed("the first key, 16 bytes or more")
+	hs := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		s := srv
+		mu.Unlock()
+		s.ServeHTTP(rw, r)
+	}))
+	t.Cleanup(hs.Close)
+	cfg := w.httpConfig(hs.URL+"/changes", "    auth_header: Authorization\n    auth_value_env: TIDEMARK_TEST_FEED_AUTH")
+
+	// Run 1 is stopped mid-walk (as by SIGTERM): a clean stop with a stored cursor.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	mu.Lock()
+	hook = func(n int64) {
+		if n == 4 {
+			cancel()
+		}
+	}
+	mu.Unlock()
+	if code, _, stderr := w.cli(ctx, token, "run", "--once", "--config", cfg); code != exitOK {
+		t.Fatalf("run 1: exit %d\n%s", code, stderr)
+	}
+	cp, err := offsets.NewStore([]kgo.Opt{kgo.SeedBrokers(w.kafka.Brokers...)}, "tidemark-offsets", httpName).Load(context.Background())
+	if err != nil || cp == nil || cp.Cursor == "" {
+		t.Fatalf("checkpoint after run 1: %+v %v", cp, err)
+	}
+
+	// The upstream rotates its key: the stored cursor is now void.
+	mu.Lock()
+	hook, cursors, srv = nil, nil, newFeed("the second key, 16 bytes or more")
+	mu.Unlock()
+	code, _, stderr := w.cli(context.Background(), token, "run", "--once", "--config", cfg)
+	if code != exitDecision || !strings.Contains(stderr, "rejected the stored cursor") || !strings.Contains(stderr, "cursor_tampered") ||
+		!strings.Contains(stderr, "tidemark reset") {
+		t.Fatalf("run 2: want exit 3 offering reset, got %d\n%s", code, stderr)
+	}
+	mu.Lock()
+	if len(cursors) != 1 || cursors[0] != cp.Cursor {
+		t.Errorf("run 2 requested %q; want exactly the stored cursor, nothing guessed", cursors)
+	}
+	mu.Unlock()
+
+	// The operator decides: start over from scratch.
+	if code, out, stderr := w.cli(context.Background(), token, "reset", "--yes", "--reason", "feed key rotated", "--config", cfg); code != exitOK {
+		t.Fatalf("reset: exit %d\n%s\n%s", code, out, stderr)
+	}
+	if code, _, stderr := w.cli(context.Background(), token, "run", "--once", "--config", cfg); code != exitOK {
+		t.Fatalf("run 3: exit %d\n%s", code, stderr)
+	}
+	w.assertTopic()
+}
+
+// `tidemark feed serve` serves the configured table; `tidemark run` with
+// source.kind http syncs it exactly (the worked example of
+// docs/http-source.md).
+func TestCLIFeedServe(t *testing.T) {
+	w := newHTTPWorld(t, 25)
+	keyFile := filepath.Join(w.dir, "feed.key")
+	if err := os.WriteFile(keyFile, []byte("0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	feedCfg := filepath.Join(w.dir, "feed.yaml")
+	if err := os.WriteFile(feedCfg, []byte(fmt.Sprintf("name: feed\nsource:\n  dsn: %q\n  schema: %s\n  table: items\n  deleted_at_column: deleted_at\n", w.db.URL, w.db.Schema)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// No key: a configuration error.
+	if code, _, stderr := w.cli(context.Background(), "", "feed", "serve", "--config", feedCfg, "--listen", "127.0.0.1:0"); code != exitConfig || !strings.Contains(stderr, "hmac") {
+		t.Fatalf("feed serve without a key: exit %d\n%s", code, stderr)
+	}
+	if code, _, _ := w.cli(context.Background(), "", "feed", "--config", feedCfg); code != exitConfig {
+		t.Fatalf("feed without serve: exit %d", code)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errOut lockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"feed", "serve", "--config", feedCfg, "--listen", "127.0.0.1:0", "--hmac-key-file", keyFile, "--tenant", "acme"}, &out, &errOut)
+	}()
+	var endpoint string
+	re := regexp.MustCompile(`at (http://\S+)`)
+	for deadline := time.Now().Add(20 * time.Second); endpoint == ""; {
+		if m := re.FindStringSubmatch(out.String()); m != nil {
+			endpoint = m[1]
+		} else if time.Now().After(deadline) {
+			t.Fatalf("feed serve did not start:\n%s\n%s", out.String(), errOut.String())
+		} else {
+			select {
+			case code := <-done:
+				t.Fatalf("feed serve exited %d:\n%s", code, errOut.String())
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	r, err := http.Get(endpoint + "?limit=abc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var eb feed.ErrorBody
+	_ = json.NewDecoder(r.Body).Decode(&eb)
+	r.Body.Close()
+	if r.StatusCode != 400 || eb.Error.Code != "invalid_limit" {
+		t.Errorf("limit=abc: %d %+v", r.StatusCode, eb)
+	}
+
+	cfg := w.httpConfig(endpoint, "")
+	if code, _, stderr := w.cli(context.Background(), "", "run", "--once", "--config", cfg); code != exitOK {
+		t.Fatalf("run: exit %d\n%s", code, stderr)
+	}
+	w.assertTopic()
+	cancel()
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Errorf("feed serve: exit %d on shutdown\n%s", code, errOut.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("feed serve did not stop")
+	}
+}

@@ -1,0 +1,370 @@
+package feed
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/tidemark/tidemark/connector"
+	"github.com/tidemark/tidemark/schemas"
+)
+
+// Limits of the limit parameter (CONTRACT §9).
+const (
+	DefaultLimit = 100
+	MaxLimit     = 500
+)
+
+// Table is the upstream a Server serves: a keyset walk in (updated_at, id)
+// order that can be positioned strictly after a sort key. *postgres.Source
+// implements it.
+type Table interface {
+	// Page reads the next page; see connector.Source.
+	Page(ctx context.Context, req connector.PageRequest) (connector.Page, error)
+	// CursorAfter returns the Table's own cursor for "strictly after
+	// (updatedAt, id)".
+	CursorAfter(updatedAt time.Time, id string) string
+}
+
+// Config configures a Server.
+type Config struct {
+	// Table is the data served. Required.
+	Table Table
+	// Key authenticates cursors (HMAC-SHA256); at least 16 bytes, 32 random
+	// bytes recommended. Servers that share a key recognise each other's
+	// cursors as foreign rather than tampered. Required.
+	Key []byte
+	// Collection, Filter and Tenant name what is served. They are not
+	// interpreted here (the Table applies any filter); their fingerprint
+	// binds every cursor, so a cursor minted for another collection, filter
+	// or tenant is refused with cursor_foreign.
+	Collection, Filter, Tenant string
+	// CursorTTL, when positive, refuses cursors older than this with
+	// 410 cursor_expired. Default 0: cursors never expire.
+	CursorTTL time.Duration
+	// AuthToken, when set, requires "Authorization: Bearer <AuthToken>".
+	// Default "": no authentication.
+	AuthToken string
+	// Faults injects failures for tests; nil in production. It can be
+	// changed later with SetFaults.
+	Faults Faults
+	// Now is the clock for minting and expiring cursors; default time.Now.
+	Now func() time.Time
+	// Logger; default slog.Default(). Cursors and tokens are never logged.
+	Logger *slog.Logger
+}
+
+// Server serves a Table as a cursor-paginated changes API (CONTRACT §9):
+//
+//	GET <path>?since=<RFC 3339>&cursor=<opaque>&limit=<1..500>
+//
+// It is an http.Handler; mount it on any path.
+type Server struct {
+	cfg    Config
+	fp     [fpLen]byte
+	faults atomic.Pointer[Faults]
+	n      atomic.Int64
+}
+
+// New returns a Server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Table == nil {
+		return nil, errors.New("feed: Config.Table is required")
+	}
+	if len(cfg.Key) < 16 {
+		return nil, fmt.Errorf("feed: the cursor key is %d bytes; use at least 16 (32 random bytes recommended)", len(cfg.Key))
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg, fp: Fingerprint(cfg.Collection, cfg.Filter, cfg.Tenant)}
+	s.SetFaults(cfg.Faults)
+	return s, nil
+}
+
+// SetFaults replaces the fault hook (nil: none). Safe while serving.
+func (s *Server) SetFaults(f Faults) {
+	if f == nil {
+		s.faults.Store(nil)
+		return
+	}
+	s.faults.Store(&f)
+}
+
+// Requests returns how many requests the server has received.
+func (s *Server) Requests() int64 { return s.n.Load() }
+
+// Response is the body of a successful page.
+type Response struct {
+	// Items in (updated_at, id) order.
+	Items []Item `json:"items"`
+	// NextCursor is the cursor of the next page, or null at the end of the
+	// walk.
+	NextCursor *string `json:"next_cursor"`
+	// HasMore is false exactly when NextCursor is null.
+	HasMore bool `json:"has_more"`
+	// Limit is the effective limit of this page.
+	Limit int `json:"limit"`
+}
+
+// Item is one row's current state.
+type Item struct {
+	// ID is the row's id as text.
+	ID string `json:"id"`
+	// UpdatedAt is RFC 3339 UTC with exactly six fractional digits.
+	UpdatedAt string `json:"updated_at"`
+	// Deleted is true for a soft-deleted row; Data is then null.
+	Deleted bool `json:"deleted"`
+	// Data is the row as a JSON object in the Table's encoding (for
+	// PostgreSQL, CONTRACT §4).
+	Data json.RawMessage `json:"data"`
+}
+
+// ErrorBody is the body of every error answer.
+type ErrorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+var limitRE = regexp.MustCompile(`^[0-9]{1,9}$`)
+
+// ServeHTTP serves one page.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeError(w, http.StatusMethodNotAllowed, CodeMethod, "use GET", "")
+		return
+	}
+	if tok := s.cfg.AuthToken; tok != "" {
+		got := r.Header.Get("Authorization")
+		if subtle.ConstantTimeCompare([]byte(got), []byte("Bearer "+tok)) != 1 {
+			writeError(w, http.StatusUnauthorized, CodeUnauthorized, "send Authorization: Bearer <token>", "")
+			return
+		}
+	}
+	q := r.URL.Query()
+	n := s.n.Add(1)
+	var fault Fault
+	if f := s.faults.Load(); f != nil {
+		fault = (*f)(FaultRequest{N: n, Cursor: q.Get("cursor"), Query: q})
+	}
+	if fault.Delay > 0 {
+		t := time.NewTimer(fault.Delay)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+	}
+	if fault.Status != 0 {
+		code := CodeInternal
+		switch fault.Status {
+		case http.StatusTooManyRequests:
+			code = CodeRateLimited
+		case http.StatusServiceUnavailable:
+			code = CodeUnavailable
+		}
+		writeError(w, fault.Status, code, "injected fault", fault.RetryAfter)
+		return
+	}
+
+	limit, cerr := parseLimit(q)
+	if cerr != nil {
+		writeError(w, cerr.Status, cerr.Code, cerr.Msg, "")
+		return
+	}
+	req := connector.PageRequest{Limit: limit + 1} // one more to know whether there is more
+	if vs, ok := q["since"]; ok {
+		since, err := schemas.ParseTime(vs[0])
+		if len(vs) != 1 || err != nil {
+			writeError(w, http.StatusBadRequest, CodeInvalidSince, "since must be one RFC 3339 timestamp with at most microseconds, e.g. 2026-01-31T12:00:00.000000Z", "")
+			return
+		}
+		req.Since = since
+	}
+	if vs, ok := q["cursor"]; ok {
+		if len(vs) != 1 {
+			writeError(w, http.StatusBadRequest, CodeInvalidCursor, "give one cursor", "")
+			return
+		}
+		if fault.RejectCursor != "" {
+			st := http.StatusBadRequest
+			if fault.RejectCursor == CodeCursorExpired {
+				st = http.StatusGone
+			}
+			writeError(w, st, fault.RejectCursor, "injected fault: the cursor is rejected", "")
+			return
+		}
+		c, cerr := s.checkCursor(vs[0])
+		if cerr != nil {
+			writeError(w, cerr.Status, cerr.Code, cerr.Msg, "")
+			return
+		}
+		// The cursor is past since already; it supersedes it.
+		req.Cursor = s.cfg.Table.CursorAfter(c.UpdatedAt, c.ID)
+	}
+
+	page, err := s.cfg.Table.Page(r.Context(), req)
+	if err != nil {
+		if r.Context().Err() != nil {
+			return
+		}
+		s.cfg.Logger.Error("feed: read page", "err", err)
+		writeError(w, http.StatusInternalServerError, CodeInternal, "reading the table failed; retry later", "")
+		return
+	}
+	rows := page.Rows
+	more := len(rows) > limit
+	if more {
+		rows = rows[:limit]
+	}
+	var next string
+	if more {
+		last := rows[len(rows)-1]
+		next = EncodeCursor(s.cfg.Key, Cursor{Fingerprint: s.fp, Issued: s.cfg.Now(), UpdatedAt: last.UpdatedAt, ID: last.ID})
+		w.Header().Set("Link", "<"+nextURL(r, next, limit)+`>; rel="next"`)
+	}
+	body := appendPage(make([]byte, 0, 256+len(rows)*256), rows, next, limit)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	if fault.Truncate {
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(body[:len(body)/2])
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+		panic(http.ErrAbortHandler) // drop the connection mid-body
+	}
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(body)
+	}
+}
+
+// appendPage encodes a Response. It is written by hand rather than with
+// encoding/json so that each item's data is the Table's encoding byte for
+// byte (encoding/json would re-compact it): a table read through the feed
+// yields the same record values as the PostgreSQL source.
+func appendPage(b []byte, rows []connector.Row, next string, limit int) []byte {
+	b = append(b, `{"items":[`...)
+	for i, row := range rows {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"id":`...)
+		b = appendJSONString(b, row.ID)
+		b = append(b, `,"updated_at":"`...)
+		b = schemas.AppendTime(b, row.UpdatedAt)
+		b = append(b, `","deleted":`...)
+		b = strconv.AppendBool(b, row.Deleted)
+		b = append(b, `,"data":`...)
+		if row.Deleted || row.Value == nil {
+			b = append(b, "null"...)
+		} else {
+			b = append(b, row.Value...)
+		}
+		b = append(b, '}')
+	}
+	b = append(b, `],"next_cursor":`...)
+	if next == "" {
+		b = append(b, "null"...)
+	} else {
+		b = appendJSONString(b, next)
+	}
+	b = append(b, `,"has_more":`...)
+	b = strconv.AppendBool(b, next != "")
+	b = append(b, `,"limit":`...)
+	b = strconv.AppendInt(b, int64(limit), 10)
+	return append(b, "}\n"...)
+}
+
+func appendJSONString(b []byte, s string) []byte {
+	q, _ := json.Marshal(s) // a string always marshals
+	return append(b, q...)
+}
+
+// checkCursor decodes a cursor and checks that it belongs to this
+// collection, filter and tenant and has not expired.
+func (s *Server) checkCursor(raw string) (Cursor, *CursorError) {
+	c, cerr := DecodeCursor(s.cfg.Key, raw)
+	if cerr != nil {
+		return c, cerr
+	}
+	if c.Fingerprint != s.fp {
+		return c, &CursorError{Code: CodeCursorForeign, Status: http.StatusBadRequest,
+			Msg: "the cursor belongs to another collection, filter or tenant; start a new walk without a cursor"}
+	}
+	if ttl := s.cfg.CursorTTL; ttl > 0 && s.cfg.Now().Sub(c.Issued) > ttl {
+		return c, &CursorError{Code: CodeCursorExpired, Status: http.StatusGone,
+			Msg: fmt.Sprintf("the cursor expired (cursors are valid for %s); start a new walk without a cursor", ttl)}
+	}
+	return c, nil
+}
+
+// parseLimit reads the limit parameter: absent means DefaultLimit; anything
+// but one decimal integer in 1..MaxLimit is a 400, never a silent clamp.
+func parseLimit(q url.Values) (int, *CursorError) {
+	vs, ok := q["limit"]
+	if !ok {
+		return DefaultLimit, nil
+	}
+	bad := &CursorError{Code: CodeInvalidLimit, Status: http.StatusBadRequest}
+	if len(vs) != 1 {
+		bad.Msg = fmt.Sprintf("give limit once, an integer in 1..%d (default %d)", MaxLimit, DefaultLimit)
+		return 0, bad
+	}
+	n := -1
+	if limitRE.MatchString(vs[0]) {
+		n, _ = strconv.Atoi(vs[0])
+	}
+	if n < 1 || n > MaxLimit {
+		bad.Msg = fmt.Sprintf("limit %q is not an integer in 1..%d (default %d)", vs[0], MaxLimit, DefaultLimit)
+		return 0, bad
+	}
+	return n, nil
+}
+
+// nextURL is the request's URL with the next cursor and the effective limit,
+// and without since (the cursor supersedes it).
+func nextURL(r *http.Request, cursor string, limit int) string {
+	q := r.URL.Query()
+	q.Del("since")
+	q.Set("cursor", cursor)
+	q.Set("limit", strconv.Itoa(limit))
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	u := url.URL{Scheme: scheme, Host: r.Host, Path: r.URL.Path, RawQuery: q.Encode()}
+	return u.String()
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg, retryAfter string) {
+	var e ErrorBody
+	e.Error.Code, e.Error.Message = code, msg
+	b, _ := json.Marshal(e)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	if retryAfter != "" {
+		h.Set("Retry-After", retryAfter)
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
