@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+type latencyResult struct {
+	rate    float64 // updates/s achieved
+	updates int
+	seen    int
+	p50     time.Duration
+	p99     time.Duration
+	max     time.Duration
+	poll    time.Duration
+	cpu     time.Duration // tidemark, whole continuous run
+	rssKB   int64
+}
+
+func (l latencyResult) line() string {
+	return fmt.Sprintf("%d updates at %.0f/s: %d visible; commit -> visible read_committed p50 %s, p99 %s, max %s (poll %s)",
+		l.updates, l.rate, l.seen, ms(l.p50), ms(l.p99), ms(l.max), l.poll)
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
+
+// write is one update: its row and when its commit returned.
+type write struct {
+	id        int64
+	committed time.Time
+	visible   time.Time
+}
+
+// tracker matches writes with records. A record for id carrying sequence
+// number s makes every write to id with a number <= s visible (a later
+// update of the same row supersedes an earlier one).
+type tracker struct {
+	mu      sync.Mutex
+	writes  []write         // by sequence number - 1
+	pending map[int64][]int // id -> sequence numbers not yet visible, ascending
+	records int64
+}
+
+func (t *tracker) add(id int64) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.writes = append(t.writes, write{id: id})
+	seq := len(t.writes)
+	t.pending[id] = append(t.pending[id], seq)
+	return seq
+}
+
+func (t *tracker) committed(seq int, at time.Time) {
+	t.mu.Lock()
+	t.writes[seq-1].committed = at
+	t.mu.Unlock()
+}
+
+func (t *tracker) seen(id int64, seq int, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.pending[id]
+	i := 0
+	for ; i < len(p) && p[i] <= seq; i++ {
+		t.writes[p[i]-1].visible = at
+	}
+	if i > 0 {
+		t.pending[id] = p[i:]
+	}
+}
+
+func (t *tracker) count() (records int64, open int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, p := range t.pending {
+		open += len(p)
+	}
+	return t.records, open
+}
+
+// latencyRun starts tidemark continuously on table, waits for the initial
+// load to be visible, then updates rows at o.rate per second for
+// o.latency, each update setting updated_at = clock_timestamp() and a
+// sequence number in attrs.seq, and measures commit -> visible.
+func (b *bench) latencyRun(ctx context.Context, table string) (latencyResult, error) {
+	res := latencyResult{poll: time.Second}
+	var n int64
+	t := pgx.Identifier{table}.Sanitize()
+	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+t).Scan(&n); err != nil {
+		return res, err
+	}
+	r, err := b.newRun(table, 0)
+	if err != nil {
+		return res, err
+	}
+	defer b.k.drop(context.WithoutCancel(ctx), r.topic, r.offsets, r.ledger)
+	p, err := b.start(r, "run")
+	if err != nil {
+		return res, err
+	}
+	defer p.stop(30 * time.Second)
+
+	// The consumer subscribes once tidemark has created the topic (a
+	// consumer never creates it, but waiting keeps its metadata fresh).
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		td, err := b.k.adm.ListTopics(ctx, r.topic)
+		if err == nil && td.Has(r.topic) && td[r.topic].Err == nil {
+			break
+		}
+		if time.Now().After(deadline) || p.exited() {
+			return res, fmt.Errorf("tidemark did not create %s (log %s):\n%s", r.topic, r.log, tail(r.log, 20))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	tr := &tracker{pending: map[int64][]int{}}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.k.addrs...), kgo.ConsumeTopics(r.topic),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		return res, err
+	}
+	cctx, stopConsumer := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer cl.Close()
+		var v struct {
+			Attrs struct {
+				Seq int `json:"seq"`
+			} `json:"attrs"`
+		}
+		for cctx.Err() == nil {
+			fs := cl.PollFetches(cctx)
+			now := time.Now()
+			fs.EachRecord(func(rec *kgo.Record) {
+				tr.mu.Lock()
+				tr.records++
+				tr.mu.Unlock()
+				if rec.Value == nil {
+					return
+				}
+				v.Attrs.Seq = 0
+				if json.Unmarshal(rec.Value, &v) != nil || v.Attrs.Seq == 0 {
+					return
+				}
+				id, err := strconv.ParseInt(string(rec.Key), 10, 64)
+				if err == nil {
+					tr.seen(id, v.Attrs.Seq, now)
+				}
+			})
+		}
+	}()
+	defer func() { stopConsumer(); wg.Wait() }()
+
+	// Initial load first: the latency is about the incremental walk.
+	deadline = time.Now().Add(5 * time.Minute)
+	for {
+		recs, _ := tr.count()
+		if recs >= n {
+			break
+		}
+		if time.Now().After(deadline) || p.exited() {
+			return res, fmt.Errorf("initial load of %d rows not visible (%d records; log %s):\n%s", n, recs, r.log, tail(r.log, 20))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second) // let the first pass end and the poll loop start
+
+	conn, err := b.pool.Acquire(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer conn.Release()
+	upd := "UPDATE " + t + " SET updated_at = clock_timestamp(), attrs = jsonb_set(attrs, '{seq}', to_jsonb($2::bigint)) WHERE id = $1"
+	total := int(float64(b.opts.rate) * b.opts.latency.Seconds())
+	ids := rand.Perm(int(n))
+	every := time.Second / time.Duration(b.opts.rate)
+	start := time.Now()
+	for i := range total {
+		if d := time.Until(start.Add(time.Duration(i) * every)); d > 0 {
+			time.Sleep(d)
+		}
+		id := int64(ids[i%len(ids)] + 1)
+		seq := tr.add(id)
+		if _, err := conn.Exec(ctx, upd, id, seq); err != nil {
+			return res, fmt.Errorf("update: %w", err)
+		}
+		tr.committed(seq, time.Now())
+	}
+	res.rate = float64(total) / time.Since(start).Seconds()
+	res.updates = total
+	// Wait for the last updates: two poll intervals and then some.
+	deadline = time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, open := tr.count(); open == 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stopConsumer()
+	wg.Wait()
+	p.stop(30 * time.Second)
+	res.cpu, res.rssKB = p.rusage()
+
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	var lat []time.Duration
+	for _, w := range tr.writes {
+		if !w.visible.IsZero() {
+			lat = append(lat, max(w.visible.Sub(w.committed), 0))
+		}
+	}
+	res.seen = len(lat)
+	if len(lat) == 0 {
+		return res, fmt.Errorf("no update became visible (log %s):\n%s", r.log, tail(r.log, 20))
+	}
+	slices.Sort(lat)
+	res.p50 = lat[len(lat)/2]
+	res.p99 = lat[min(len(lat)-1, len(lat)*99/100)]
+	res.max = lat[len(lat)-1]
+	return res, nil
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}

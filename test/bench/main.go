@@ -1,0 +1,337 @@
+// Command bench is `make bench`: it measures tidemark against the raw limit
+// of this machine, in one run, on one PostgreSQL and one broker.
+//
+//	go build -o bin/tidemark ./cmd/tidemark && go run ./test/bench -tidemark bin/tidemark
+//
+// It builds a table of BENCH_ROWS rows (default 1,000,000) of ~200 bytes
+// with many timestamp ties, then measures:
+//
+//   - baseline: COPY (SELECT id, row_to_json(t) FROM t) TO STDOUT streamed
+//     into a non-transactional idempotent franz-go producer (the ceiling);
+//   - tidemark initial loads (subprocess, `run --once`) with the default
+//     settings and with sync.txn_max_records 1k, 10k and 50k, each paired
+//     with a baseline run right before it: rows/s, MB/s, CPU of tidemark,
+//     of PostgreSQL and of the broker, peak RSS of tidemark;
+//   - incremental latency: 1,000 updates/s for 30 s while tidemark runs
+//     continuously with a 1 s poll, commit in PostgreSQL -> visible to a
+//     read_committed consumer;
+//   - page cost with depth from EXPLAIN (ANALYZE, BUFFERS): the keyset page
+//     query next to LIMIT/OFFSET at the start, middle and end;
+//   - peak RSS of tidemark at 100k, 1M (and BENCH_ROWS) rows;
+//   - a CPU and allocation profile of an in-process initial load.
+//
+// PostgreSQL: DATABASE_URL when set, else a throwaway cluster
+// (harness.StartCluster). Kafka: KAFKA_BROKERS when set, else an in-process
+// kfake broker. Everything else lives in a temporary directory removed at
+// exit (-keep keeps it). The table is printed and written to
+// bench/results.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tidemark/tidemark/test/harness"
+)
+
+type options struct {
+	bin      string
+	rows     int
+	pairs    int
+	out      string
+	latency  time.Duration
+	rate     int
+	profile  bool
+	keep     bool
+	deadline time.Duration
+	// profileOnly loads the table and profiles one in-process initial load,
+	// printing the tops instead of writing the report (to iterate on a hot
+	// spot: before and after a change).
+	profileOnly bool
+}
+
+func main() {
+	log.SetFlags(0)
+	log.SetPrefix("bench: ")
+	os.Exit(run())
+}
+
+func run() int {
+	var o options
+	flag.StringVar(&o.bin, "tidemark", "bin/tidemark", "tidemark binary (built with `go build` when missing)")
+	flag.IntVar(&o.rows, "rows", envInt("BENCH_ROWS", 1_000_000), "rows in the benchmark table (env BENCH_ROWS)")
+	flag.IntVar(&o.pairs, "pairs", 3, "baseline/tidemark pairs with the default settings (median reported)")
+	flag.StringVar(&o.out, "out", "bench/results.md", "markdown report")
+	flag.DurationVar(&o.latency, "latency", 30*time.Second, "how long the writer updates rows in the latency run")
+	flag.IntVar(&o.rate, "rate", 1000, "updates per second in the latency run")
+	flag.BoolVar(&o.profile, "profile", true, "profile an in-process initial load (CPU and allocations)")
+	flag.BoolVar(&o.profileOnly, "profile-only", false, "only profile an in-process initial load and print the tops (no report)")
+	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configs, logs, profiles)")
+	flag.DurationVar(&o.deadline, "deadline", 20*time.Minute, "hard limit for the whole run")
+	flag.Parse()
+	if o.rows < 10_000 {
+		log.Printf("-rows %d: need at least 10000", o.rows)
+		return 2
+	}
+	if o.pairs < 1 {
+		o.pairs = 1
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, o.deadline)
+	defer cancel()
+
+	b := &bench{opts: o, started: time.Now(), tag: strconv.FormatInt(time.Now().Unix()%1_000_000, 36)}
+	err := b.run(ctx)
+	b.close()
+	if err != nil {
+		log.Printf("FAILED: %v", err)
+		return 1
+	}
+	return 0
+}
+
+func envInt(name string, def int) int {
+	v := strings.ReplaceAll(strings.TrimSpace(os.Getenv(name)), "_", "")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		log.Printf("%s=%q is not an integer; using %d", name, v, def)
+		return def
+	}
+	return n
+}
+
+// bench holds what one run shares: the servers, the work directory and the
+// results collected so far.
+type bench struct {
+	opts    options
+	started time.Time
+	tag     string // distinguishes this run's connectors and topics
+	seq     int
+
+	bin  string
+	work string
+	pg   *harness.Postgres // nil with DATABASE_URL
+	url  string
+	pool *pgxpool.Pool
+	pgCP *pgCPU // nil when the server's processes are not visible
+	k    *broker
+
+	res results
+}
+
+func (b *bench) run(ctx context.Context) error {
+	o := b.opts
+	var err error
+	if b.bin, err = ensureBinary(ctx, o.bin); err != nil {
+		return err
+	}
+	if b.work, err = os.MkdirTemp("", "tidemark-bench-"); err != nil {
+		return err
+	}
+	step("PostgreSQL")
+	if u := os.Getenv("DATABASE_URL"); u != "" {
+		b.url = u
+		fmt.Printf("      DATABASE_URL (%s)\n", redact(u))
+	} else {
+		if b.pg, err = harness.StartCluster(); err != nil {
+			return fmt.Errorf("start PostgreSQL (or set DATABASE_URL): %w", err)
+		}
+		b.url = b.pg.URL
+		fmt.Printf("      throwaway cluster %s\n", redact(b.url))
+	}
+	if b.pool, err = pgxpool.New(ctx, b.url); err != nil {
+		return err
+	}
+	if b.pgCP, err = newPGCPU(ctx, b.pool); err != nil {
+		fmt.Printf("      PostgreSQL CPU not measured: %v\n", err)
+		b.pgCP = nil
+	}
+	step("Kafka")
+	if b.k, err = newBroker(); err != nil {
+		return err
+	}
+	fmt.Printf("      %s\n", b.k.describe())
+	if b.res.machine, err = describeMachine(ctx, b.pool); err != nil {
+		return err
+	}
+	b.res.machine.broker = b.k.describe()
+
+	// Tables: the main one of o.rows rows, plus smaller ones for the memory
+	// scale (100k, 1M below o.rows); the smallest also serves the latency run.
+	main := tableName(o.rows)
+	step(fmt.Sprintf("table %s: %d rows", main, o.rows))
+	if b.res.table, err = createTable(ctx, b.pool, main, o.rows); err != nil {
+		return err
+	}
+	if o.profileOnly {
+		step("profile: in-process initial load with runtime/pprof")
+		p, err := b.profileLoad(ctx, main, o.rows)
+		if err != nil {
+			return fmt.Errorf("profile: %w", err)
+		}
+		fmt.Printf("%s\n\nCPU, flat:\n%s\n\nCPU, cumulative:\n%s\n\nAllocations:\n%s\n\nprofiles: %s %s\n",
+			p.summary, p.cpuTop, p.cumTop, p.allocTop, p.cpuFile, p.memFile)
+		b.opts.keep = true
+		return nil
+	}
+	var scales []int
+	for _, n := range []int{100_000, 1_000_000} {
+		if n < o.rows {
+			scales = append(scales, n)
+		}
+	}
+	for _, n := range scales {
+		step(fmt.Sprintf("table %s: %d rows", tableName(n), n))
+		if _, err := createTable(ctx, b.pool, tableName(n), n); err != nil {
+			return err
+		}
+	}
+	small := main
+	if len(scales) > 0 {
+		small = tableName(scales[0])
+	}
+
+	step("page cost with depth (EXPLAIN ANALYZE BUFFERS)")
+	if b.res.pages, err = pageCost(ctx, b.pool, main, o.rows); err != nil {
+		return err
+	}
+	for _, p := range b.res.pages {
+		fmt.Printf("      %s\n", p.line())
+	}
+
+	step(fmt.Sprintf("initial load, default settings: %d baseline/tidemark pairs", o.pairs))
+	for i := range o.pairs {
+		p, err := b.pair(ctx, main, o.rows, 0)
+		if err != nil {
+			return fmt.Errorf("pair %d: %w", i+1, err)
+		}
+		b.res.defaults = append(b.res.defaults, p)
+	}
+	for _, txn := range []int{1000, 10_000, 50_000} {
+		step(fmt.Sprintf("initial load, sync.txn_max_records %d: 1 pair", txn))
+		p, err := b.pair(ctx, main, o.rows, txn)
+		if err != nil {
+			return fmt.Errorf("txn_max_records %d: %w", txn, err)
+		}
+		b.res.settings = append(b.res.settings, p)
+	}
+
+	step("memory with scale")
+	for _, n := range scales {
+		r, err := b.tidemarkLoad(ctx, tableName(n), n, 0)
+		if err != nil {
+			return fmt.Errorf("load %d rows: %w", n, err)
+		}
+		fmt.Printf("      %s\n", r.line())
+		b.res.scale = append(b.res.scale, scalePoint{rows: n, rssKB: r.maxRSSKB, rowsPerSec: r.rowsPerSec()})
+	}
+	var rss []int64
+	var rps []float64
+	for _, p := range b.res.defaults {
+		rss = append(rss, p.tm.maxRSSKB)
+		rps = append(rps, p.tm.rowsPerSec())
+	}
+	b.res.scale = append(b.res.scale, scalePoint{rows: o.rows, rssKB: medianInt(rss), rowsPerSec: median(rps)})
+
+	step(fmt.Sprintf("incremental latency: %d updates/s for %s, poll_interval 1s", o.rate, o.latency))
+	if b.res.latency, err = b.latencyRun(ctx, small); err != nil {
+		return fmt.Errorf("latency: %w", err)
+	}
+	fmt.Printf("      %s\n", b.res.latency.line())
+
+	if o.profile {
+		step("profile: in-process initial load with runtime/pprof")
+		if b.res.profile, err = b.profileLoad(ctx, main, o.rows); err != nil {
+			return fmt.Errorf("profile: %w", err)
+		}
+		fmt.Printf("      %s\n", b.res.profile.summary)
+	}
+
+	b.res.elapsed = time.Since(b.started)
+	table := b.res.render(b.opts)
+	fmt.Println()
+	fmt.Print(table)
+	if err := os.MkdirAll(filepath.Dir(o.out), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(o.out, []byte(table), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("\nwritten to %s (%s)\n", o.out, b.res.elapsed.Round(time.Second))
+	return nil
+}
+
+// close stops what run started, in reverse order.
+func (b *bench) close() {
+	if b.k != nil {
+		b.k.close()
+	}
+	if b.pool != nil {
+		b.pool.Close()
+	}
+	if b.pg != nil {
+		b.pg.Stop()
+	}
+	if b.work != "" {
+		if b.opts.keep {
+			fmt.Printf("work directory kept: %s\n", b.work)
+		} else {
+			os.RemoveAll(b.work)
+		}
+	}
+}
+
+// pair runs a baseline and then a tidemark initial load of the same table
+// (txn 0 = tidemark's default transaction size).
+func (b *bench) pair(ctx context.Context, table string, rows, txn int) (pairResult, error) {
+	base, err := b.baseline(ctx, table, rows)
+	if err != nil {
+		return pairResult{}, fmt.Errorf("baseline: %w", err)
+	}
+	fmt.Printf("      %s\n", base.line())
+	tm, err := b.tidemarkLoad(ctx, table, rows, txn)
+	if err != nil {
+		return pairResult{}, fmt.Errorf("tidemark: %w", err)
+	}
+	fmt.Printf("      %s   ratio %.2f\n", tm.line(), tm.rowsPerSec()/base.rowsPerSec())
+	return pairResult{txn: txn, base: base, tm: tm}, nil
+}
+
+func (b *bench) next(kind string) string {
+	b.seq++
+	return fmt.Sprintf("bench-%s-%s-%d", b.tag, kind, b.seq)
+}
+
+func step(s string) { fmt.Printf("[%s] %s\n", time.Now().Format("15:04:05"), s) }
+
+func tableName(rows int) string { return "bench_" + strconv.Itoa(rows) }
+
+var errMismatch = errors.New("count mismatch")
+
+func redact(u string) string {
+	if i := strings.Index(u, "://"); i >= 0 {
+		if j := strings.Index(u[i+3:], "@"); j >= 0 {
+			if k := strings.Index(u[i+3:i+3+j], ":"); k >= 0 {
+				return u[:i+3+k+1] + "REDACTED" + u[i+3+j:]
+			}
+		}
+	}
+	return u
+}
