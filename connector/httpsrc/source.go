@@ -191,6 +191,13 @@ func (s *Source) do(ctx context.Context, u *url.URL) (int, http.Header, []byte, 
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
+		// *url.Error repeats the whole URL; the endpoint's query may hold
+		// a key, so keep only the operation and the cause (callers name
+		// scheme, host and path).
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = fmt.Errorf("%s: %w", ue.Op, ue.Err)
+		}
 		return 0, nil, nil, err
 	}
 	defer resp.Body.Close()
