@@ -30,6 +30,8 @@ type cli struct {
 	logFormat  string
 	logLevel   string
 	once       bool
+	progress   bool // --progress: print progress even when stderr is not a terminal
+	obs        *observability
 	jsonOut    bool
 	yes        bool
 	reason     string
@@ -72,6 +74,7 @@ func (a *cli) parse(cmd string, args []string) error {
 	case "run":
 		fs.BoolVar(&a.once, "once", false, "stop when caught up and print the completion record")
 		fs.BoolVar(&a.jsonOut, "json", false, "print the completion record as JSON only")
+		fs.BoolVar(&a.progress, "progress", false, "print progress lines (rows/s, rows to go) even when stderr is not a terminal")
 	case "status", "check", "ledger", "sweep":
 		fs.BoolVar(&a.jsonOut, "json", false, "print JSON")
 	case "verify":
@@ -155,7 +158,11 @@ func (a *cli) kafkaOpts() ([]kgo.Opt, error) {
 		a.closers = append(a.closers, emb.Close)
 		brokers = addrs
 	}
-	return []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ClientID("tidemark-" + a.cfg.Name)}, nil
+	sec, err := a.securityOpts() // kafka.tls.*, kafka.sasl.* (security.go)
+	if err != nil {
+		return nil, err
+	}
+	return append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ClientID("tidemark-" + a.cfg.Name)}, sec...), nil
 }
 
 func (a *cli) topics() producer.Topics {
@@ -190,6 +197,9 @@ func (a *cli) source(ctx context.Context) (connector.Source, error) {
 		pc, err := a.pgConfig()
 		if err != nil {
 			return nil, err
+		}
+		if w := postgresTLSWarning(a.cfg.Source.DSN, a.env); w != "" {
+			a.log.Warn(w) // security.go
 		}
 		src, err := postgres.New(ctx, pc)
 		if err != nil {

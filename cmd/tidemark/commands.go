@@ -20,8 +20,9 @@ import (
 	"github.com/tidemark/tidemark/schemas"
 )
 
-func cmdRun(ctx context.Context, a *cli) error {
+func cmdRun(ctx context.Context, a *cli) (err error) {
 	defer a.closeAll()
+	defer func() { err = a.explainKafkaAccess(err) }() // security.go
 	e, _, err := a.engine(ctx)
 	if err != nil {
 		return err
@@ -45,6 +46,9 @@ func cmdRun(ctx context.Context, a *cli) error {
 			}
 		}
 	}
+	if a.obs != nil {
+		a.obs.held(ctx, err) // metrics.hold_on_stop (serve.go)
+	}
 	return err
 }
 
@@ -53,6 +57,11 @@ func cmdRun(ctx context.Context, a *cli) error {
 func (a *cli) engine(ctx context.Context) (*connector.Engine, []kgo.Opt, error) {
 	opts, err := a.kafkaOpts()
 	if err != nil {
+		return nil, nil, err
+	}
+	// Metrics server and progress start before the engine and stop after
+	// it, in closeAll (serve.go).
+	if a.obs, err = a.observe(ctx, opts); err != nil {
 		return nil, nil, err
 	}
 	src, err := a.source(ctx)
@@ -71,7 +80,8 @@ func (a *cli) engine(ctx context.Context) (*connector.Engine, []kgo.Opt, error) 
 	}
 	cfg := a.engineConfig()
 	cfg.Topic = fold.Topic{Opts: opts, Topic: a.cfg.Kafka.Topic}
-	e, err := connector.New(cfg, src, w, a.store(opts))
+	cfg.Observer = a.obs.observer()
+	e, err := connector.New(cfg, src, w, a.obs.store(a.store(opts)))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -126,10 +136,12 @@ func (a *cli) ensureTopics(ctx context.Context, opts []kgo.Opt, print bool) erro
 	return err
 }
 
-func cmdCheck(ctx context.Context, a *cli) error {
+func cmdCheck(ctx context.Context, a *cli) (err error) {
 	defer a.closeAll()
+	defer func() { err = a.explainKafkaAccess(err) }()
 	fmt.Fprintf(a.stdout, "tidemark check: connector %q\n", a.cfg.Name)
 	fmt.Fprintf(a.stdout, "  source: %s table %s.%s (dsn %s)\n", a.cfg.Source.Kind, a.cfg.Source.Schema, a.cfg.Source.Table, RedactDSN(a.cfg.Source.DSN))
+	fmt.Fprintf(a.stdout, "  kafka:  %s\n", a.cfg.describeKafkaSecurity())
 	src, err := a.source(ctx)
 	if err != nil {
 		return err
@@ -163,8 +175,9 @@ func cmdCheck(ctx context.Context, a *cli) error {
 	return nil
 }
 
-func cmdStatus(ctx context.Context, a *cli) error {
+func cmdStatus(ctx context.Context, a *cli) (err error) {
 	defer a.closeAll()
+	defer func() { err = a.explainKafkaAccess(err) }()
 	opts, err := a.kafkaOpts()
 	if err != nil {
 		return err
@@ -188,6 +201,7 @@ func cmdStatus(ctx context.Context, a *cli) error {
 	}
 	sum, fields := a.cfg.Fingerprint()
 	fmt.Fprintf(a.stdout, "connector:    %s\n", cp.Connector)
+	fmt.Fprintf(a.stdout, "kafka:        %s\n", a.cfg.describeKafkaSecurity())
 	fmt.Fprintf(a.stdout, "committed:    seq %d at %s by run %s\n", cp.Seq, cp.CommittedAt, cp.RunID)
 	fmt.Fprintf(a.stdout, "phase:        %s\n", cp.Phase)
 	fmt.Fprintf(a.stdout, "watermark:    %s\n", orInf(cp.Watermark))

@@ -40,6 +40,9 @@ type Config struct {
 	Sync    SyncConfig   `yaml:"sync"`
 	Sweep   SweepConfig  `yaml:"sweep"`
 	Log     LogConfig    `yaml:"log"`
+	// Metrics configures the HTTP server for /metrics, /healthz and
+	// /readyz (serve.go).
+	Metrics MetricsConfig `yaml:"metrics"`
 
 	// origin maps each dotted key set explicitly (by the file, the
 	// environment or an override) to where it was set: "tidemark.yaml:12",
@@ -183,6 +186,9 @@ type KafkaConfig struct {
 	// and not exceed the broker's transaction.max.timeout.ms (15m by
 	// default). Default 60s.
 	TransactionTimeout Duration `yaml:"transaction_timeout"`
+	// TLS and SASL secure the broker connections (security.go).
+	TLS  KafkaTLSConfig  `yaml:"tls"`
+	SASL KafkaSASLConfig `yaml:"sasl"`
 }
 
 // SyncConfig tunes the walk. None of it is part of the fingerprint.
@@ -670,6 +676,8 @@ func (c *Config) Validate() error {
 	default:
 		p.add("log.format", "%q is not a format; use auto, text or json%s", c.Log.Format, with("log.format"))
 	}
+	c.validateSecurity(p)
+	c.validateMetrics(p)
 	return errors.Join(p.errs...)
 }
 

@@ -195,7 +195,12 @@ func TestEveryKeySettable(t *testing.T) {
 		"sync.page_size": "500", "sync.margin": "30s", "sync.poll_interval": "5s",
 		"sync.poll_jitter": "0.5", "sync.txn_max_records": "600", "sync.txn_max_bytes": "1000",
 		"sync.txn_max_duration": "1s", "sync.dedupe_max_entries": "7", "sweep.interval": "1h", "log.level": "debug",
-		"log.format": "json",
+		"log.format":        "json",
+		"kafka.tls.enabled": "true", "kafka.tls.ca_file": "/etc/ca.pem", "kafka.tls.cert_file": "/etc/c.pem",
+		"kafka.tls.key_file": "/etc/k.pem", "kafka.tls.server_name": "kafka.internal",
+		"kafka.sasl.mechanism": "SCRAM-SHA-512", "kafka.sasl.username": "tm", "kafka.sasl.password_env": "KPW",
+		"kafka.sasl.password_file": "",
+		"metrics.listen":           "0.0.0.0:9464", "metrics.ready_max_lag": "5m", "metrics.hold_on_stop": "30s",
 		// source.http.* only apply to kind http (cli_http_test.go sets them).
 		"source.http.since_param":      "",
 		"source.http.cursor_param":     "",

@@ -102,7 +102,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	code := exitCode(err)
 	if err != nil {
 		if a.log != nil {
-			a.log.Error(cmd.name+" stopped", "exit_code", code, "err", err.Error())
+			a.log.Error(cmd.name+" stopped", "exit_code", code, "err", err.Error(), "action", errorAction(err, code))
 		}
 		fmt.Fprintf(stderr, "tidemark %s: %v\n", cmd.name, err)
 		if hint := exitHint(code); hint != "" {

@@ -1,0 +1,340 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/tidemark/tidemark/producer"
+)
+
+// KafkaTLSConfig configures TLS to the brokers (kafka.tls.*).
+type KafkaTLSConfig struct {
+	// Enabled turns TLS on, verifying the brokers against the system roots
+	// (or CAFile). Setting any other kafka.tls key turns it on too. Default
+	// false.
+	Enabled bool `yaml:"enabled"`
+	// CAFile is a PEM file of CA certificates that replaces the system roots.
+	CAFile string `yaml:"ca_file"`
+	// CertFile and KeyFile are a PEM client certificate and its key, for
+	// mutual TLS. Set both or neither.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// ServerName overrides the host name verified in the brokers'
+	// certificates. Default: the host of each broker address.
+	ServerName string `yaml:"server_name"`
+}
+
+// On reports whether TLS is configured.
+func (t KafkaTLSConfig) On() bool {
+	return t.Enabled || t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != ""
+}
+
+// KafkaSASLConfig configures SASL authentication (kafka.sasl.*). The
+// password is never in the file: it comes from PasswordEnv or PasswordFile.
+type KafkaSASLConfig struct {
+	// Mechanism is "" (default: no SASL), PLAIN, SCRAM-SHA-256 or
+	// SCRAM-SHA-512.
+	Mechanism string `yaml:"mechanism"`
+	// Username is the SASL user; required with a mechanism.
+	Username string `yaml:"username"`
+	// PasswordEnv names an environment variable holding the password.
+	PasswordEnv string `yaml:"password_env"`
+	// PasswordFile is a file holding the password; one trailing newline is
+	// trimmed. Set exactly one of PasswordEnv and PasswordFile.
+	PasswordFile string `yaml:"password_file"`
+}
+
+var saslMechanisms = []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
+
+// validateSecurity adds the problems of kafka.tls.* and kafka.sasl.*.
+func (c *Config) validateSecurity(p *problems) {
+	t, s := c.Kafka.TLS, c.Kafka.SASL
+	embedded := len(c.Kafka.Brokers) == 0
+	if t.On() && embedded {
+		p.add("kafka.tls.enabled", "TLS is configured but kafka.brokers is empty (the embedded broker speaks plaintext); set kafka.brokers or remove kafka.tls")
+	}
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		p.add("kafka.tls.key_file", "kafka.tls.cert_file and kafka.tls.key_file go together; set both for a client certificate, or neither")
+	}
+	if s.Mechanism == "" {
+		for _, k := range []string{"username", "password_env", "password_file"} {
+			if !configFields().byKey["kafka.sasl."+k].value(c).IsZero() {
+				p.add("kafka.sasl."+k, "is set but kafka.sasl.mechanism is not; set the mechanism (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512) or remove it")
+			}
+		}
+		return
+	}
+	valid := false
+	for _, m := range saslMechanisms {
+		if strings.EqualFold(s.Mechanism, m) {
+			valid = true
+		}
+	}
+	if !valid {
+		p.add("kafka.sasl.mechanism", "%q is not supported; use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", s.Mechanism)
+	}
+	if embedded {
+		p.add("kafka.sasl.mechanism", "SASL is configured but kafka.brokers is empty (the embedded broker has no users); set kafka.brokers or remove kafka.sasl")
+	}
+	if s.Username == "" {
+		p.add("kafka.sasl.username", "required with kafka.sasl.mechanism")
+	}
+	switch {
+	case s.PasswordEnv == "" && s.PasswordFile == "":
+		p.add("kafka.sasl.password_env", "required with kafka.sasl.mechanism: name the environment variable holding the password (or set kafka.sasl.password_file); the password itself never goes in the file")
+	case s.PasswordEnv != "" && s.PasswordFile != "":
+		p.add("kafka.sasl.password_file", "kafka.sasl.password_env and kafka.sasl.password_file are both set; keep one")
+	}
+}
+
+// saslPassword resolves kafka.sasl.password_env or password_file. Errors
+// name the variable or file, never the value.
+func (c *Config) saslPassword(env func(string) string) (string, error) {
+	s := c.Kafka.SASL
+	if s.PasswordEnv != "" {
+		v := env(s.PasswordEnv)
+		if v == "" {
+			return "", &ConfigError{Key: "kafka.sasl.password_env", Origin: c.origin["kafka.sasl.password_env"],
+				Msg: fmt.Sprintf("environment variable %s is not set or empty; export it, or use kafka.sasl.password_file", s.PasswordEnv)}
+		}
+		return v, nil
+	}
+	b, err := os.ReadFile(s.PasswordFile)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return "", &ConfigError{Key: "kafka.sasl.password_file", Origin: c.origin["kafka.sasl.password_file"],
+			Msg: fmt.Sprintf("read password file %s: %v", s.PasswordFile, err)}
+	}
+	v := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	if v == "" {
+		return "", &ConfigError{Key: "kafka.sasl.password_file", Origin: c.origin["kafka.sasl.password_file"],
+			Msg: fmt.Sprintf("password file %s is empty; write the password into it", s.PasswordFile)}
+	}
+	return v, nil
+}
+
+// securityOpts returns the kgo options for kafka.tls.* and kafka.sasl.*.
+func (a *cli) securityOpts() ([]kgo.Opt, error) {
+	var opts []kgo.Opt
+	t, s := a.cfg.Kafka.TLS, a.cfg.Kafka.SASL
+	if t.On() {
+		tc, err := t.config(a.cfg)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, kgo.DialTLSConfig(tc))
+	}
+	if s.Mechanism != "" {
+		pw, err := a.cfg.saslPassword(a.env)
+		if err != nil {
+			return nil, err
+		}
+		switch strings.ToUpper(s.Mechanism) {
+		case "PLAIN":
+			opts = append(opts, kgo.SASL(plain.Auth{User: s.Username, Pass: pw}.AsMechanism()))
+		case "SCRAM-SHA-256":
+			opts = append(opts, kgo.SASL(scram.Auth{User: s.Username, Pass: pw}.AsSha256Mechanism()))
+		case "SCRAM-SHA-512":
+			opts = append(opts, kgo.SASL(scram.Auth{User: s.Username, Pass: pw}.AsSha512Mechanism()))
+		}
+		if !t.On() && strings.EqualFold(s.Mechanism, "PLAIN") {
+			a.log.Warn("kafka.sasl.mechanism PLAIN without kafka.tls sends the password in clear text; enable kafka.tls or use SCRAM")
+		}
+	}
+	return opts, nil
+}
+
+func (t KafkaTLSConfig) config(c *Config) (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, &ConfigError{Key: "kafka.tls.ca_file", Origin: c.origin["kafka.tls.ca_file"], Msg: "read CA file", Err: err}
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, &ConfigError{Key: "kafka.tls.ca_file", Origin: c.origin["kafka.tls.ca_file"],
+				Msg: fmt.Sprintf("%s holds no PEM certificate; give the CA certificate(s) in PEM form", t.CAFile)}
+		}
+		tc.RootCAs = pool
+	}
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, &ConfigError{Key: "kafka.tls.cert_file", Origin: c.origin["kafka.tls.cert_file"],
+				Msg: "load the client certificate and key (PEM)", Err: err}
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}
+
+// describeKafkaSecurity is one line for check and status: how tidemark
+// connects, with every secret redacted.
+func (c *Config) describeKafkaSecurity() string {
+	var parts []string
+	t, s := c.Kafka.TLS, c.Kafka.SASL
+	if t.On() {
+		tl := "tls on"
+		if t.CAFile != "" {
+			tl += ", ca " + t.CAFile
+		} else {
+			tl += ", system roots"
+		}
+		if t.CertFile != "" {
+			tl += ", client cert " + t.CertFile
+		}
+		if t.ServerName != "" {
+			tl += ", server name " + t.ServerName
+		}
+		parts = append(parts, tl)
+	} else {
+		parts = append(parts, "tls off")
+	}
+	if s.Mechanism != "" {
+		from := "env " + s.PasswordEnv
+		if s.PasswordFile != "" {
+			from = "file " + s.PasswordFile
+		}
+		parts = append(parts, fmt.Sprintf("sasl %s user %s password %s (from %s)", strings.ToUpper(s.Mechanism), s.Username, redacted, from))
+	} else {
+		parts = append(parts, "sasl off")
+	}
+	return strings.Join(parts, "; ")
+}
+
+// explainKafkaAccess turns Kafka authentication and authorization failures
+// into configuration errors (exit 2) that say what to grant or fix. A retry
+// cannot fix them, and nothing was committed: each is detected before or at
+// the first write, which then aborts.
+func (a *cli) explainKafkaAccess(err error) error {
+	if err == nil || a.cfg == nil {
+		return err
+	}
+	var ce *ConfigError
+	if errors.As(err, &ce) {
+		return err
+	}
+	k := a.cfg.Kafka
+	user := "User:ANONYMOUS (no kafka.sasl)"
+	if k.SASL.Mechanism != "" {
+		user = "User:" + k.SASL.Username
+	}
+	topics := fmt.Sprintf("%s (data), %s (offsets), %s (ledger)", k.Topic, k.OffsetsTopic, k.LedgerTopic)
+	var msg, key string
+	switch {
+	case errors.Is(err, kerr.SaslAuthenticationFailed), errors.Is(err, kerr.IllegalSaslState), errors.Is(err, kerr.UnsupportedSaslMechanism):
+		key = "kafka.sasl"
+		msg = fmt.Sprintf("Kafka rejected the SASL login of user %q with mechanism %s: check kafka.sasl.username, kafka.sasl.mechanism and the password in %s", k.SASL.Username, k.SASL.Mechanism, passwordSource(k.SASL))
+	case errors.Is(err, kerr.TransactionalIDAuthorizationFailed):
+		key = "kafka ACLs"
+		msg = fmt.Sprintf("%s may not use transactional id %q: grant DESCRIBE and WRITE on TransactionalId %s (see docs/operating.md, Kafka ACLs)", user, producer.TransactionalID(a.cfg.Name), producer.TransactionalID(a.cfg.Name))
+	case errors.Is(err, kerr.TopicAuthorizationFailed):
+		key = "kafka ACLs"
+		msg = fmt.Sprintf("%s is not authorized on a topic (the operation and topic are named below): grant DESCRIBE, READ and WRITE (and CREATE, or create the topics beforehand) on topics %s (see docs/operating.md, Kafka ACLs)", user, topics)
+	case errors.Is(err, kerr.ClusterAuthorizationFailed):
+		key = "kafka ACLs"
+		msg = fmt.Sprintf("%s is not authorized on the cluster: grant IDEMPOTENT_WRITE on the cluster (and CREATE if tidemark creates the topics), or create the topics beforehand (see docs/operating.md, Kafka ACLs)", user)
+	case errors.Is(err, kerr.GroupAuthorizationFailed):
+		key = "kafka ACLs"
+		msg = fmt.Sprintf("%s is not authorized on a consumer group (named below): grant READ on it (see docs/operating.md, Kafka ACLs)", user)
+	default:
+		return err
+	}
+	return &ConfigError{Key: key, Msg: msg + "; nothing was written to the data topic", Err: err}
+}
+
+func passwordSource(s KafkaSASLConfig) string {
+	if s.PasswordFile != "" {
+		return "file " + s.PasswordFile
+	}
+	return "environment variable " + s.PasswordEnv
+}
+
+// postgresTLSWarning returns a warning when the DSN connects to a host that
+// is not loopback (or a Unix socket) without sslmode=verify-full, or "".
+// PGSSLMODE and PGHOST apply when the DSN does not set them, as in libpq.
+func postgresTLSWarning(dsn string, env func(string) string) string {
+	hosts, mode := postgresHostsAndSSLMode(dsn)
+	if len(hosts) == 0 && env("PGHOST") != "" {
+		hosts = strings.Split(env("PGHOST"), ",")
+	}
+	if mode == "" {
+		mode = env("PGSSLMODE")
+	}
+	if mode == "" {
+		mode = "prefer"
+	}
+	if mode == "verify-full" {
+		return ""
+	}
+	var remote []string
+	for _, h := range hosts {
+		if !isLocalHost(h) {
+			remote = append(remote, h)
+		}
+	}
+	if len(remote) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("PostgreSQL connection to %s uses sslmode=%s: the server is not authenticated (and with disable/allow/prefer the traffic may be clear text); use sslmode=verify-full with sslrootcert for connections that leave the host",
+		strings.Join(remote, ","), mode)
+}
+
+func isLocalHost(h string) bool {
+	h = strings.TrimSpace(h)
+	if hh, _, err := net.SplitHostPort(h); err == nil {
+		h = hh
+	}
+	h = strings.Trim(h, "[]")
+	if h == "" || strings.HasPrefix(h, "/") || strings.EqualFold(h, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+// postgresHostsAndSSLMode extracts host(s) and sslmode from a DSN in URL or
+// keyword form.
+func postgresHostsAndSSLMode(dsn string) (hosts []string, mode string) {
+	if urlFormRE.MatchString(dsn) {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return nil, ""
+		}
+		mode = u.Query().Get("sslmode")
+		if h := u.Query().Get("host"); h != "" {
+			return strings.Split(h, ","), mode
+		}
+		if u.Host != "" {
+			hosts = strings.Split(u.Host, ",")
+		}
+		return hosts, mode
+	}
+	pairs, _ := parseKeywordDSN(dsn)
+	for _, kv := range pairs {
+		switch kv.key {
+		case "host", "hostaddr":
+			if kv.value != "" && hosts == nil {
+				hosts = strings.Split(kv.value, ",")
+			}
+		case "sslmode":
+			mode = kv.value
+		}
+	}
+	return hosts, mode
+}
