@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -8,10 +9,14 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
@@ -151,6 +156,7 @@ func (a *cli) securityOpts() ([]kgo.Opt, error) {
 		case "SCRAM-SHA-512":
 			opts = append(opts, kgo.SASL(scram.Auth{User: s.Username, Pass: pw}.AsSha512Mechanism()))
 		}
+		opts = append(opts, kgo.WithHooks(&a.sasl))
 		if !t.On() && strings.EqualFold(s.Mechanism, "PLAIN") {
 			a.log.Warn("kafka.sasl.mechanism PLAIN without kafka.tls sends the password in clear text; enable kafka.tls or use SCRAM")
 		}
@@ -240,12 +246,24 @@ func (a *cli) explainKafkaAccess(err error) error {
 	case errors.Is(err, kerr.SaslAuthenticationFailed), errors.Is(err, kerr.IllegalSaslState), errors.Is(err, kerr.UnsupportedSaslMechanism):
 		key = "kafka.sasl"
 		msg = fmt.Sprintf("Kafka rejected the SASL login of user %q with mechanism %s: check kafka.sasl.username, kafka.sasl.mechanism and the password in %s", k.SASL.Username, k.SASL.Mechanism, passwordSource(k.SASL))
+	case a.sasl.rejected.Load() && !errors.Is(err, context.Canceled):
+		// Some brokers close the connection instead of answering a failed
+		// SASLAuthenticate; the client then sees only EOF.
+		key = "kafka.sasl"
+		msg = fmt.Sprintf("Kafka rejected the SASL login of user %q with mechanism %s (the broker closed the connection during authentication): check kafka.sasl.username, kafka.sasl.mechanism and the password in %s", k.SASL.Username, k.SASL.Mechanism, passwordSource(k.SASL))
 	case errors.Is(err, kerr.TransactionalIDAuthorizationFailed):
 		key = "kafka ACLs"
 		msg = fmt.Sprintf("%s may not use transactional id %q: grant DESCRIBE and WRITE on TransactionalId %s (see docs/operating.md, Kafka ACLs)", user, producer.TransactionalID(a.cfg.Name), producer.TransactionalID(a.cfg.Name))
 	case errors.Is(err, kerr.TopicAuthorizationFailed):
 		key = "kafka ACLs"
-		msg = fmt.Sprintf("%s is not authorized on a topic (the operation and topic are named below): grant DESCRIBE, READ and WRITE (and CREATE, or create the topics beforehand) on topics %s (see docs/operating.md, Kafka ACLs)", user, topics)
+		missing := "an ACL on a topic (the operation is named below)"
+		for _, m := range topicOps {
+			if sub := m.re.FindStringSubmatch(err.Error()); sub != nil {
+				missing = m.op + " on topic " + sub[1]
+				break
+			}
+		}
+		msg = fmt.Sprintf("%s lacks %s: grant it; the connector needs DESCRIBE, DESCRIBE_CONFIGS, READ and WRITE (and CREATE, unless the topics exist) on topics %s (see docs/operating.md, Kafka ACLs)", user, missing, topics)
 	case errors.Is(err, kerr.ClusterAuthorizationFailed):
 		key = "kafka ACLs"
 		msg = fmt.Sprintf("%s is not authorized on the cluster: grant IDEMPOTENT_WRITE on the cluster (and CREATE if tidemark creates the topics), or create the topics beforehand (see docs/operating.md, Kafka ACLs)", user)
@@ -255,7 +273,33 @@ func (a *cli) explainKafkaAccess(err error) error {
 	default:
 		return err
 	}
-	return &ConfigError{Key: key, Msg: msg + "; nothing was written to the data topic", Err: err}
+	return &ConfigError{Key: key, Msg: msg + "; a failed transaction is aborted, so nothing past the last committed checkpoint was written", Err: err}
+}
+
+// saslWatch is a kgo hook noting a SASLAuthenticate exchange that failed
+// to read a response.
+type saslWatch struct{ rejected atomic.Bool }
+
+var _ kgo.HookBrokerRead = (*saslWatch)(nil)
+
+// OnBrokerRead implements kgo.HookBrokerRead.
+func (w *saslWatch) OnBrokerRead(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key == int16(kmsg.SASLAuthenticate) && err != nil {
+		w.rejected.Store(true)
+	}
+}
+
+// topicOps map the operations named in our error messages to the topic ACL
+// they need.
+var topicOps = []struct {
+	re *regexp.Regexp
+	op string
+}{
+	{regexp.MustCompile(`produce (\S+) key`), "WRITE"},
+	{regexp.MustCompile(`create topic "([^"]+)"`), "CREATE"},
+	{regexp.MustCompile(`describe configs of "([^"]+)"`), "DESCRIBE_CONFIGS"},
+	{regexp.MustCompile(`describe topic "([^"]+)"`), "DESCRIBE"},
+	{regexp.MustCompile(`(?:read|fetch|fold|scan)\S* (?:topic )?"?([a-zA-Z0-9._-]+)"?`), "READ"},
 }
 
 func passwordSource(s KafkaSASLConfig) string {
