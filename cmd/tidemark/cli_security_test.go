@@ -255,18 +255,18 @@ func TestSecurityMissingACL(t *testing.T) {
 func TestPostgresTLSWarning(t *testing.T) {
 	env := func(string) string { return "" }
 	for dsn, warn := range map[string]bool{
-		"postgres://u@db.example.com:5432/shop?sslmode=require":                     true,
-		"postgres://u@db.example.com:5432/shop":                                     true,
-		"postgres://u@db.example.com:5432/shop?sslmode=verify-full":                 false,
-		"postgres://u@localhost:5432/shop?sslmode=disable":                          false,
-		"postgres://u@127.0.0.1/shop":                                               false,
-		"postgres://u@[::1]:5432/shop":                                              false,
-		"host=/var/run/postgresql dbname=shop":                                      false,
-		"host=10.0.0.5 dbname=shop sslmode=verify-ca":                               true,
-		"host=10.0.0.5 dbname=shop sslmode=verify-full":                             false,
-		"postgres://u@localhost,db2.example.com/shop?sslmode=prefer":                true,
-		"postgres:///shop?host=/tmp":                                                false,
-		"dbname=shop":                                                               false,
+		"postgres://u@db.example.com:5432/shop?sslmode=require":                    true,
+		"postgres://u@db.example.com:5432/shop":                                    true,
+		"postgres://u@db.example.com:5432/shop?sslmode=verify-full":                false,
+		"postgres://u@localhost:5432/shop?sslmode=disable":                         false,
+		"postgres://u@127.0.0.1/shop":                                              false,
+		"postgres://u@[::1]:5432/shop":                                             false,
+		"host=/var/run/postgresql dbname=shop":                                     false,
+		"host=10.0.0.5 dbname=shop sslmode=verify-ca":                              true,
+		"host=10.0.0.5 dbname=shop sslmode=verify-full":                            false,
+		"postgres://u@localhost,db2.example.com/shop?sslmode=prefer":               true,
+		"postgres:///shop?host=/tmp":                                               false,
+		"dbname=shop":                                                              false,
 		"postgres://u@db.example.com/shop?sslmode=verify-full&sslrootcert=/ca.pem": false,
 	} {
 		if got := postgresTLSWarning(dsn, env) != ""; got != warn {
