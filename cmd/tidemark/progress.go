@@ -134,7 +134,7 @@ func (p *progress) line() string {
 			avg := float64(p.read-p.stretchRead) / now.Sub(p.first).Seconds()
 			s += fmt.Sprintf("; about %d to go of about %d (table estimate)", left, p.total)
 			if avg > 0 {
-				s += fmt.Sprintf(", about %s left", (time.Duration(float64(left)/avg) * time.Second).Round(time.Second))
+				s += fmt.Sprintf(", about %s left", time.Duration(float64(left)/avg*float64(time.Second)).Round(time.Second))
 			}
 		} else {
 			s += fmt.Sprintf("; past the table estimate of %d rows (rows changed during the load are read again)", p.total)
