@@ -32,6 +32,7 @@ type cli struct {
 	once       bool
 	progress   bool // --progress: print progress even when stderr is not a terminal
 	obs        *observability
+	serve      bool      // start the metrics server (run only; serve.go)
 	sasl       saslWatch // records a SASL login the broker rejected (security.go)
 	jsonOut    bool
 	yes        bool

@@ -23,6 +23,7 @@ import (
 func cmdRun(ctx context.Context, a *cli) (err error) {
 	defer a.closeAll()
 	defer func() { err = a.explainKafkaAccess(err) }() // security.go
+	a.serve = true                                     // metrics.listen applies to run only
 	e, _, err := a.engine(ctx)
 	if err != nil {
 		return err

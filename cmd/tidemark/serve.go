@@ -67,13 +67,14 @@ type observability struct {
 	stopOnce sync.Once
 }
 
-// observe starts the metrics server (when configured) and the progress
-// reporter (on a terminal, or with --progress). Call before the engine
+// observe starts the metrics server (when configured, for run only: a
+// verify next to a running connector must not contend for its port) and
+// the progress reporter (on a terminal, or with --progress). Call before the engine
 // starts; it registers its shutdown with closeAll, after the engine's
 // resources.
 func (a *cli) observe(ctx context.Context, opts []kgo.Opt) (*observability, error) {
 	o := &observability{a: a}
-	if a.cfg.Metrics.Listen != "" {
+	if a.serve && a.cfg.Metrics.Listen != "" {
 		o.metrics = metrics.New(metrics.Config{Connector: a.cfg.Name, Version: version, MaxLag: a.cfg.Metrics.ReadyMaxLag.Duration})
 		cl, err := kgo.NewClient(opts...)
 		if err != nil {
