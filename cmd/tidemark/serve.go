@@ -37,12 +37,11 @@ type MetricsConfig struct {
 func (c *Config) validateMetrics(p *problems) {
 	m := c.Metrics
 	if m.Listen != "" {
-		host, port, err := net.SplitHostPort(m.Listen)
+		_, port, err := net.SplitHostPort(m.Listen)
 		n, perr := strconv.Atoi(port)
 		if err != nil || perr != nil || n < 0 || n > 65535 {
 			p.add("metrics.listen", "%q is not host:port; write e.g. 127.0.0.1:9464, or 0.0.0.0:9464 to serve on every interface", m.Listen)
 		}
-		_ = host
 	}
 	if m.ReadyMaxLag.Duration < 0 {
 		p.add("metrics.ready_max_lag", "%s is negative; use 0s (no bound) or a positive duration such as 5m", m.ReadyMaxLag)
