@@ -22,17 +22,17 @@ func BenchmarkDigest(b *testing.B) {
 // BenchmarkBoundaryPut is the per-row cost of remembering a published row
 // in B while it has room.
 func BenchmarkBoundaryPut(b *testing.B) {
-	ids := make([]string, 20000)
-	for i := range ids {
-		ids[i] = strconv.Itoa(1_000_000 + i)
+	rows := make([]Row, 20000)
+	for i := range rows {
+		rows[i] = Row{ID: strconv.Itoa(1_000_000 + i), Value: []byte(`{"id":1,"v":"x"}`)}
 	}
-	bd := newBoundary(len(ids), nil)
+	bd := newBoundary(len(rows), nil)
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		id := ids[i%len(ids)]
-		if !bd.seen(id, uint64(i)) {
-			bd.put(id, int64(i), uint64(i))
+		r := &rows[i%len(rows)]
+		if !bd.seen(r) {
+			bd.published(r, int64(i))
 		}
 		i++
 	}

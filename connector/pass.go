@@ -140,10 +140,9 @@ func (e *Engine) apply(ctx context.Context, rows []Row) error {
 			passMax, hasMax = ts, true
 		}
 		e.cp.Counters.Raw++
-		d := Digest(r)
-		if e.b.seen(r.ID, d) {
+		if e.b.seen(r) {
 			e.cp.Counters.Deduped++
-			e.b.put(r.ID, ts, d) // refresh its timestamp
+			e.b.touch(r.ID, ts)
 			continue
 		}
 		if !e.txOpen {
@@ -169,7 +168,7 @@ func (e *Engine) apply(ctx context.Context, rows []Row) error {
 		if r.Deleted {
 			e.cp.Counters.Tombstones++
 		}
-		if !e.b.put(r.ID, ts, d) {
+		if !e.b.published(r, ts) {
 			e.cp.Counters.DedupeOverflow++
 		}
 	}

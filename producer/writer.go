@@ -51,7 +51,17 @@ type Writer struct {
 
 	mu       sync.Mutex
 	firstErr error // first failed record of the open transaction
+
+	// Slabs the records of a transaction are carved from: a few large
+	// allocations instead of several small ones per record. A slab is
+	// never reused; the GC frees it once kgo is done with its records.
+	recs []kgo.Record
+	hdrs []kgo.RecordHeader
+	tbuf []byte
+	pctx context.Context // the transaction's produce context (not cancellable)
 }
+
+const slab = 1024
 
 var _ connector.Publisher = (*Writer)(nil)
 
@@ -134,10 +144,13 @@ func (w *Writer) fence(ctx context.Context) error {
 }
 
 // Begin opens a transaction.
-func (w *Writer) Begin(context.Context) error {
+func (w *Writer) Begin(ctx context.Context) error {
 	w.mu.Lock()
 	w.firstErr = nil
 	w.mu.Unlock()
+	// The records belong to the transaction, not to the caller's context:
+	// a shutdown must be able to finish it.
+	w.pctx = context.WithoutCancel(ctx)
 	if err := w.cl.BeginTransaction(); err != nil {
 		return classify(err)
 	}
@@ -177,20 +190,41 @@ func (w *Writer) Publish(ctx context.Context, r *connector.Row) error {
 			value = []byte{} // never turn an upsert into a tombstone
 		}
 	}
-	rec := &kgo.Record{
-		Topic: w.cfg.Topic,
-		Key:   []byte(r.ID),
-		Value: value,
-		Headers: []kgo.RecordHeader{
-			{Key: schemas.HeaderOperation, Value: []byte(op)},
-			{Key: schemas.HeaderUpdatedAt, Value: schemas.AppendTime(nil, r.UpdatedAt)},
-			{Key: schemas.HeaderConnector, Value: w.hdr},
-		},
+	if len(w.recs) == 0 {
+		w.recs = make([]kgo.Record, slab)
+		w.hdrs = make([]kgo.RecordHeader, 3*slab)
 	}
-	// The record belongs to the transaction, not to the caller's context:
-	// a shutdown must be able to finish it.
-	w.cl.Produce(context.WithoutCancel(ctx), rec, w.promise)
+	if cap(w.tbuf)-len(w.tbuf) < 32 {
+		w.tbuf = make([]byte, 0, 32*slab)
+	}
+	rec := &w.recs[0]
+	w.recs = w.recs[1:]
+	h := w.hdrs[:3:3]
+	w.hdrs = w.hdrs[3:]
+	start := len(w.tbuf)
+	w.tbuf = schemas.AppendTime(w.tbuf, r.UpdatedAt)
+	h[0] = kgo.RecordHeader{Key: schemas.HeaderOperation, Value: opValue(op)}
+	h[1] = kgo.RecordHeader{Key: schemas.HeaderUpdatedAt, Value: w.tbuf[start:len(w.tbuf):len(w.tbuf)]}
+	h[2] = kgo.RecordHeader{Key: schemas.HeaderConnector, Value: w.hdr}
+	*rec = kgo.Record{Topic: w.cfg.Topic, Key: []byte(r.ID), Value: value, Headers: h}
+	pctx := w.pctx
+	if pctx == nil {
+		pctx = context.WithoutCancel(ctx)
+	}
+	w.cl.Produce(pctx, rec, w.promise)
 	return nil
+}
+
+var (
+	upsertValue = []byte(schemas.OpUpsert)
+	deleteValue = []byte(schemas.OpDelete)
+)
+
+func opValue(op string) []byte {
+	if op == schemas.OpDelete {
+		return deleteValue
+	}
+	return upsertValue
 }
 
 // Commit produces the checkpoint and the ledger entry (either may be nil),

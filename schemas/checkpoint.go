@@ -3,6 +3,7 @@ package schemas
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 )
 
 // CheckpointVersion is the checkpoint format this build writes and the only
@@ -110,17 +111,7 @@ type BoundaryEntry struct {
 }
 
 // MarshalJSON encodes the entry as [id, micros, "digest"].
-func (e BoundaryEntry) MarshalJSON() ([]byte, error) {
-	b := make([]byte, 0, len(e.ID)+48)
-	b = append(b, '[')
-	idb, err := json.Marshal(e.ID)
-	if err != nil {
-		return nil, err
-	}
-	b = append(b, idb...)
-	b = fmt.Appendf(b, ",%d,\"%016x\"]", e.UpdatedAt, e.Digest)
-	return b, nil
-}
+func (e BoundaryEntry) MarshalJSON() ([]byte, error) { return e.appendJSON(nil), nil }
 
 // UnmarshalJSON decodes [id, micros, "digest"].
 func (e *BoundaryEntry) UnmarshalJSON(b []byte) error {
@@ -165,19 +156,68 @@ type Counters struct {
 }
 
 // EncodeCheckpoint encodes c as JSON. Empty collections are written as []
-// and {} rather than null.
+// and {} rather than null. The boundary set, up to tens of thousands of
+// entries, is encoded by hand: encoding/json would call MarshalJSON per entry
+// and then re-scan its output.
 func EncodeCheckpoint(c *Checkpoint) ([]byte, error) {
-	if c.Boundary == nil || c.FingerprintFields == nil {
-		d := *c
-		if d.Boundary == nil {
-			d.Boundary = []BoundaryEntry{}
-		}
-		if d.FingerprintFields == nil {
-			d.FingerprintFields = map[string]string{}
-		}
-		c = &d
+	d := *c
+	d.Boundary = nil
+	if d.FingerprintFields == nil {
+		d.FingerprintFields = map[string]string{}
 	}
-	return json.Marshal(c)
+	head, err := json.Marshal(checkpointNoBoundary(d))
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, len(head)+32+len(c.Boundary)*48)
+	b = append(b, head[:len(head)-1]...) // drop the closing brace
+	b = append(b, `,"boundary":[`...)
+	for i, e := range c.Boundary {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = e.appendJSON(b)
+	}
+	return append(b, "]}"...), nil
+}
+
+// checkpointNoBoundary is Checkpoint without its boundary field, which
+// EncodeCheckpoint appends itself.
+type checkpointNoBoundary Checkpoint
+
+func (c checkpointNoBoundary) MarshalJSON() ([]byte, error) {
+	type plain Checkpoint // no methods: no recursion
+	return json.Marshal(struct {
+		plain
+		Boundary *struct{} `json:"boundary,omitempty"` // shadows plain.Boundary; nil = omitted
+	}{plain: plain(c)})
+}
+
+func (e BoundaryEntry) appendJSON(b []byte) []byte {
+	b = append(b, '[')
+	b = appendJSONString(b, e.ID)
+	b = append(b, ',')
+	b = strconv.AppendInt(b, e.UpdatedAt, 10)
+	b = append(b, ',', '"')
+	const hexd = "0123456789abcdef"
+	for shift := 60; shift >= 0; shift -= 4 {
+		b = append(b, hexd[(e.Digest>>uint(shift))&0xf])
+	}
+	return append(b, '"', ']')
+}
+
+// appendJSONString appends s as a JSON string; plain ASCII is copied,
+// anything else goes through encoding/json.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 // DecodeCheckpoint decodes and checks the version.
