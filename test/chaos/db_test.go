@@ -1,0 +1,117 @@
+package chaos
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/tidemark/tidemark/test/harness"
+)
+
+// dbScenario runs the in-process engine continuously under the mutating
+// workload while inject hurts the database; inject returns the number of
+// faults. Then the workload and the engine stop (the engine must not have
+// given up), a fresh engine runs once, and the six counts must be 0.
+func dbScenario(t *testing.T, w *world, inject func(ctx context.Context, settle func()) int) {
+	t.Helper()
+	brokerScenario(t, w, nil, inject)
+}
+
+func TestDatabaseFaults(t *testing.T) {
+	t.Run("backend terminated mid-page", func(t *testing.T) {
+		w := newWorld(t, nil)
+		n := 15
+		if soak() {
+			n = 150
+		}
+		var midQuery, idle int
+		dbScenario(t, w, func(ctx context.Context, settle func()) int {
+			for midQuery+idle < n && ctx.Err() == nil {
+				// Catch a backend of the connector running a query (a page
+				// read) when we can; otherwise cut its idle connections.
+				deadline := time.Now().Add(300 * time.Millisecond)
+				killed := 0
+				for killed == 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+					killed = terminate(ctx, t, w, true)
+					if killed == 0 {
+						time.Sleep(time.Millisecond)
+					}
+				}
+				if killed > 0 {
+					midQuery++
+				} else if terminate(ctx, t, w, false) > 0 {
+					idle++
+				}
+				settle()
+			}
+			return midQuery + idle
+		})
+		t.Logf("backends terminated: %d while running a query, %d idle", midQuery, idle)
+		if midQuery == 0 {
+			t.Errorf("no backend was terminated while running a query")
+		}
+	})
+
+	t.Run("PostgreSQL restarted mid-run", func(t *testing.T) {
+		p := harness.StartPostgres(t)
+		w := newWorld(t, p)
+		n := 2
+		if soak() {
+			n = 10
+		}
+		dbScenario(t, w, func(ctx context.Context, settle func()) int {
+			restarts := 0
+			for range n {
+				if ctx.Err() != nil {
+					break
+				}
+				restartPG(ctx, t, p, w)
+				restarts++
+				settle()
+			}
+			return restarts
+		})
+	})
+}
+
+// restartPG restarts PostgreSQL and waits until it answers again.
+//
+// harness.Postgres.Restart runs `pg_ctl restart` without -l, so the new
+// postmaster inherits the output pipe of the command and Restart only
+// returns when that server stops (reported to the harness's owner). Until
+// that is fixed, Restart runs in a goroutine, which returns when the next
+// restart or the cleanup stops this server, and the test watches
+// pg_postmaster_start_time() instead.
+func restartPG(ctx context.Context, t *testing.T, p *harness.Postgres, w *world) {
+	t.Helper()
+	startedAt := func() (time.Time, error) {
+		var at time.Time
+		err := w.db.Pool.QueryRow(ctx, `SELECT pg_postmaster_start_time()`).Scan(&at)
+		return at, err
+	}
+	before, err := startedAt()
+	if err != nil {
+		t.Fatalf("postmaster start time: %v", err)
+	}
+	go p.Restart(t)
+	waitFor(t, 60*time.Second, "PostgreSQL to come back after a restart", func() bool {
+		at, err := startedAt()
+		return err == nil && at.After(before)
+	})
+}
+
+// terminate ends the connector's backends (only those running a query when
+// active) and returns how many it ended.
+func terminate(ctx context.Context, t *testing.T, w *world, active bool) int {
+	t.Helper()
+	q := `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE application_name = $1 AND pid <> pg_backend_pid() AND ($2 = false OR state = 'active')) AS x`
+	var n int
+	if err := w.db.Pool.QueryRow(ctx, q, w.app, active).Scan(&n); err != nil {
+		if ctx.Err() == nil {
+			t.Logf("pg_terminate_backend: %v", err)
+		}
+		return 0
+	}
+	return n
+}
