@@ -18,6 +18,8 @@ type Observer interface {
 	// ObserveStop reports a fatal stop; kind is "safety_stop", "fenced" or
 	// "fatal".
 	ObserveStop(kind string)
+	// ObserveSweep reports a finished reconciliation sweep.
+	ObserveSweep(r SweepResult)
 }
 
 // CommitInfo describes one committed transaction.
@@ -43,3 +45,4 @@ func (nopObserver) ObserveCommit(CommitInfo)       {}
 func (nopObserver) ObserveAbort()                  {}
 func (nopObserver) ObserveRetry(string)            {}
 func (nopObserver) ObserveStop(string)             {}
+func (nopObserver) ObserveSweep(SweepResult)       {}

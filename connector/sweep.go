@@ -156,6 +156,7 @@ func (e *Engine) Sweep(ctx context.Context, topic TopicView) (SweepResult, error
 		return res, err
 	}
 	e.lastSweep = &res
+	e.cfg.Observer.ObserveSweep(res)
 	e.log.Info(res.String())
 	return res, nil
 }

@@ -281,6 +281,11 @@ func (m *Metrics) ObserveCheckpoint(watermark, committedAt time.Time) {
 	}
 }
 
+// ObserveSweep implements connector.Observer.
+func (m *Metrics) ObserveSweep(r connector.SweepResult) {
+	m.SweepResult(int(r.Tombstoned), int(r.Repaired))
+}
+
 // SweepResult records a completed hard-delete sweep: tombstoned ids gone
 // from the source, repaired ids the topic lacked.
 func (m *Metrics) SweepResult(tombstoned, repaired int) {

@@ -180,3 +180,5 @@ func (p *progress) ObserveRetry(string) {}
 
 // ObserveStop implements connector.Observer.
 func (p *progress) ObserveStop(string) {}
+
+func (p *progress) ObserveSweep(connector.SweepResult) {}

@@ -284,3 +284,9 @@ func (m multiObserver) ObserveStop(kind string) {
 		o.ObserveStop(kind)
 	}
 }
+
+func (m multiObserver) ObserveSweep(r connector.SweepResult) {
+	for _, o := range m {
+		o.ObserveSweep(r)
+	}
+}

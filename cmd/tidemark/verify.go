@@ -60,6 +60,8 @@ func cmdVerify(ctx context.Context, a *cli) error {
 	if err != nil {
 		return err
 	}
+	a.log.Info("verify finished", "ok", rep.OK(), "missing", rep.Missing, "extra", rep.Extra, "mismatched", rep.Mismatched,
+		"source_rows", rep.SourceRows, "live_keys", rep.LiveKeys)
 	if a.jsonOut {
 		b, _ := json.MarshalIndent(struct {
 			*verify.Report
