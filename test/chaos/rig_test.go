@@ -50,7 +50,6 @@ func (c *counter) ObserveCommit(connector.CommitInfo) { c.commits.Add(1) }
 func (c *counter) ObserveAbort()                      { c.aborts.Add(1) }
 func (c *counter) ObserveStop(string)                 { c.stops.Add(1) }
 func (c *counter) ObserveSweep(connector.SweepResult) {}
-func (c *counter) ObserveSweep(connector.SweepResult) {}
 func (c *counter) ObserveRetry(reason string) {
 	for i, r := range retryReasons {
 		if r == reason || i == len(retryReasons)-1 {
