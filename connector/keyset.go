@@ -3,83 +3,182 @@ package connector
 import (
 	"fmt"
 	"hash/maphash"
+	"math/bits"
 )
 
 // KeySet is a compact map from record key to value digest, for comparing a
-// topic with a source by key set and content (the sweep and verify). It
-// holds 64-bit key hashes, digests and the key bytes in one arena: about
-// 40 bytes per live key, so a million keys take some 40 MiB.
+// topic with a source by key set and content (the sweep and verify).
+//
+// Layout: one 24-byte entry per key (64-bit key hash, digest, where the
+// key's bytes sit in a single arena), the key bytes in that arena, and an
+// open-addressing index of 4-byte slots (linear probing, at most 3/4 full).
+// With 7-byte keys that is some 40 bytes per live key: a million keys take
+// about 40 MiB (BenchmarkKeySet1M measures it). Growing the index costs 4
+// bytes per slot, so there is no doubling spike of the whole set.
 type KeySet struct {
 	seed  maphash.Seed
-	m     map[uint64]ksEntry
+	slots []uint32 // 0 = empty, else 1 + index in ents; len is a power of two
+	ents  []ksEntry
+	free  []uint32 // ents of deleted keys, reused by the next new key
+	live  int
 	arena []byte
 }
 
 type ksEntry struct {
-	digest uint64
-	off    uint32
-	n      uint32
-	seen   bool
+	hash, digest uint64
+	off          uint32
+	n            uint32 // key length; the top bit flags "marked"
 }
+
+const ksMarked = 1 << 31
 
 // NewKeySet returns an empty KeySet sized for n keys.
 func NewKeySet(n int) *KeySet {
-	return &KeySet{seed: maphash.MakeSeed(), m: make(map[uint64]ksEntry, n)}
+	return &KeySet{
+		seed:  maphash.MakeSeed(),
+		slots: make([]uint32, slotsFor(n)),
+		ents:  make([]ksEntry, 0, n),
+	}
+}
+
+// slotsFor is the power of two that holds n keys at most 3/4 full.
+func slotsFor(n int) int {
+	want := max(16, n+n/3+1)
+	return 1 << bits.Len(uint(want-1))
 }
 
 func (s *KeySet) hash(key string) uint64 { return maphash.String(s.seed, key) }
 
-func (s *KeySet) key(e ksEntry) string { return string(s.arena[e.off : e.off+e.n]) }
+func (s *KeySet) key(e *ksEntry) string {
+	return string(s.arena[e.off : e.off+e.n&^ksMarked])
+}
+
+// probe returns the slot of hash h, or the empty slot where it would go.
+func (s *KeySet) probe(h uint64) (slot int, found bool) {
+	mask := uint64(len(s.slots) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		v := s.slots[i]
+		if v == 0 {
+			return int(i), false
+		}
+		if s.ents[v-1].hash == h {
+			return int(i), true
+		}
+	}
+}
+
+// find returns the entry of key, or nil.
+func (s *KeySet) find(key string) *ksEntry {
+	i, ok := s.probe(s.hash(key))
+	if !ok {
+		return nil
+	}
+	e := &s.ents[s.slots[i]-1]
+	if s.key(e) != key {
+		return nil
+	}
+	return e
+}
 
 // Put sets key's digest. It reports whether the key already held the same
 // digest (a repeated publication).
 func (s *KeySet) Put(key string, digest uint64) (same bool, err error) {
 	h := s.hash(key)
-	if e, ok := s.m[h]; ok {
-		if s.key(e) != key {
-			return false, fmt.Errorf("key hash collision between %q and %q; rerun (the hash seed is random)", s.key(e), key)
+	i, ok := s.probe(h)
+	if ok {
+		e := &s.ents[s.slots[i]-1]
+		if k := s.key(e); k != key {
+			return false, fmt.Errorf("key hash collision between %q and %q; rerun (the hash seed is random)", k, key)
 		}
 		same = e.digest == digest
 		e.digest = digest
-		s.m[h] = e
 		return same, nil
 	}
-	if len(s.arena)+len(key) > 1<<32-1 {
+	if len(s.arena)+len(key) > 1<<32-1 || len(key) >= ksMarked {
 		return false, fmt.Errorf("key set exceeds 4 GiB of keys")
 	}
-	s.m[h] = ksEntry{digest: digest, off: uint32(len(s.arena)), n: uint32(len(key))}
+	if (s.live+1)*4 > len(s.slots)*3 {
+		s.grow()
+		i, _ = s.probe(h)
+	}
+	e := ksEntry{hash: h, digest: digest, off: uint32(len(s.arena)), n: uint32(len(key))}
 	s.arena = append(s.arena, key...)
+	var at uint32
+	if n := len(s.free); n > 0 {
+		at = s.free[n-1]
+		s.free = s.free[:n-1]
+		s.ents[at] = e
+	} else {
+		if len(s.ents) >= 1<<32-2 {
+			return false, fmt.Errorf("key set exceeds 4 billion keys")
+		}
+		at = uint32(len(s.ents))
+		s.ents = append(s.ents, e)
+	}
+	s.slots[i] = at + 1
+	s.live++
 	return false, nil
 }
 
+// grow doubles the index.
+func (s *KeySet) grow() {
+	old := s.slots
+	s.slots = make([]uint32, 2*len(old))
+	for _, v := range old {
+		if v != 0 {
+			i, _ := s.probe(s.ents[v-1].hash)
+			s.slots[i] = v
+		}
+	}
+}
+
 // Delete removes key (a tombstone).
-func (s *KeySet) Delete(key string) { delete(s.m, s.hash(key)) }
+func (s *KeySet) Delete(key string) {
+	i, ok := s.probe(s.hash(key))
+	if !ok || s.key(&s.ents[s.slots[i]-1]) != key {
+		return
+	}
+	s.free = append(s.free, s.slots[i]-1)
+	s.live--
+	// Backward-shift deletion: move later members of the probe run into
+	// the hole when their home slot is not after it, so that no probe
+	// stops early at the emptied slot.
+	mask := len(s.slots) - 1
+	for j := (i + 1) & mask; s.slots[j] != 0; j = (j + 1) & mask {
+		home := int(s.ents[s.slots[j]-1].hash) & mask
+		if (j-home)&mask >= (j-i)&mask {
+			s.slots[i] = s.slots[j]
+			i = j
+		}
+	}
+	s.slots[i] = 0
+}
 
 // Lookup returns key's digest.
 func (s *KeySet) Lookup(key string) (uint64, bool) {
-	e, ok := s.m[s.hash(key)]
-	if !ok || s.key(e) != key {
-		return 0, false
+	if e := s.find(key); e != nil {
+		return e.digest, true
 	}
-	return e.digest, true
+	return 0, false
 }
 
 // Mark flags key as seen in the source; it reports whether key is present.
 func (s *KeySet) Mark(key string) bool {
-	h := s.hash(key)
-	e, ok := s.m[h]
-	if !ok || s.key(e) != key {
+	e := s.find(key)
+	if e == nil {
 		return false
 	}
-	e.seen = true
-	s.m[h] = e
+	e.n |= ksMarked
 	return true
 }
 
 // Unmarked calls fn for every key not marked, in no particular order.
 func (s *KeySet) Unmarked(fn func(key string, digest uint64) error) error {
-	for _, e := range s.m {
-		if !e.seen {
+	for _, v := range s.slots {
+		if v == 0 {
+			continue
+		}
+		if e := &s.ents[v-1]; e.n&ksMarked == 0 {
 			if err := fn(s.key(e), e.digest); err != nil {
 				return err
 			}
@@ -89,4 +188,4 @@ func (s *KeySet) Unmarked(fn func(key string, digest uint64) error) error {
 }
 
 // Len is the number of live keys.
-func (s *KeySet) Len() int { return len(s.m) }
+func (s *KeySet) Len() int { return s.live }
