@@ -66,12 +66,15 @@ func (l *Ledger) Audit(ctx context.Context, cp *schemas.Checkpoint) error {
 		if e.Kind != schemas.LedgerTxn && e.Kind != schemas.LedgerReset {
 			return nil
 		}
+		if e.Kind == schemas.LedgerReset {
+			// A reset is the recorded reason for itself and what follows:
+			// after a lost checkpoint it restarts the sequence, so its own
+			// seq may repeat one from before it.
+			clear(bySeq)
+		}
 		if prev, ok := bySeq[e.Seq]; ok && dup == nil && (prev.NextCursor != e.NextCursor || prev.RunID != e.RunID) {
 			dup = stop(fmt.Sprintf("the ledger holds two committed entries for checkpoint seq %d with different cursors (%q by run %s, %q by run %s) and no reset between them",
 				e.Seq, prev.NextCursor, prev.RunID, e.NextCursor, e.RunID))
-		}
-		if e.Kind == schemas.LedgerReset {
-			clear(bySeq) // a reset is the recorded reason for what follows
 		}
 		bySeq[e.Seq] = e
 		last = e
