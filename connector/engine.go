@@ -303,7 +303,8 @@ func (e *Engine) sweepDue() bool {
 }
 
 // SweepOnce loads the checkpoint, records the run in the ledger and runs one
-// sweep: `tidemark sweep`.
+// sweep: `tidemark sweep`. Transient failures are retried like Run's: the
+// committed part stays, and a new sweep from a new view converges.
 func (e *Engine) SweepOnce(ctx context.Context, topic TopicView) (SweepResult, error) {
 	if err := e.load(ctx, true); err != nil {
 		return SweepResult{}, err
@@ -311,7 +312,21 @@ func (e *Engine) SweepOnce(ctx context.Context, topic TopicView) (SweepResult, e
 	if err := e.startRun(ctx); err != nil {
 		return SweepResult{}, err
 	}
-	return e.Sweep(ctx, topic)
+	for attempt := 1; ; attempt++ {
+		res, err := e.Sweep(ctx, topic)
+		if err == nil || Fatal(err) || ctx.Err() != nil || attempt >= e.cfg.MaxAttempts {
+			return res, err
+		}
+		e.cfg.Observer.ObserveRetry(retryReason(err))
+		delay := backoff(attempt)
+		e.log.Warn("sweep failed; will resume from the last committed checkpoint", "err", err, "attempt", attempt, "retry_in", delay.Round(time.Millisecond))
+		if !e.sleep(ctx, delay) {
+			return res, ctx.Err()
+		}
+		if err := e.recover(ctx); err != nil {
+			return res, err
+		}
+	}
 }
 
 // startRun records in the ledger where this run resumed from and why, in a

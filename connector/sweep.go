@@ -91,6 +91,16 @@ func (e *Engine) Sweep(ctx context.Context, topic TopicView) (SweepResult, error
 			lowB = w.Add(-e.cfg.Margin).UnixMicro()
 		}
 	}
+	// A sweep transaction is bounded like a walk's: records, bytes and
+	// time (an early repair must not hold a transaction open for the
+	// whole scan of a large table).
+	commitIfFull := func() error {
+		if !e.txOpen || !e.txFull() {
+			return nil
+		}
+		e.cp.Sweep.Tombstoned, e.cp.Sweep.Repaired = res.Tombstoned, res.Repaired
+		return e.commit(ctx)
+	}
 	publish := func(r *Row) error {
 		if !e.txOpen {
 			if err := e.pub.Begin(ctx); err != nil {
@@ -103,6 +113,7 @@ func (e *Engine) Sweep(ctx context.Context, topic TopicView) (SweepResult, error
 			return fmt.Errorf("publish id %s: %w", r.ID, err)
 		}
 		e.txRecords++
+		e.txBytes += int64(len(r.ID) + len(r.Value))
 		e.txKeys++
 		e.txKeySum += fnv64(r.ID)
 		e.cp.Counters.Published++
@@ -114,11 +125,7 @@ func (e *Engine) Sweep(ctx context.Context, topic TopicView) (SweepResult, error
 		if _, inB := e.b.m[r.ID]; inB || ts >= lowB {
 			e.b.put(r.ID, ts, Digest(r))
 		}
-		if e.txRecords >= e.cfg.TxnMaxRecords {
-			e.cp.Sweep.Tombstoned, e.cp.Sweep.Repaired = res.Tombstoned, res.Repaired
-			return e.commit(ctx)
-		}
-		return nil
+		return commitIfFull()
 	}
 	view, err := scanner.ScanLive(ctx, func(r *Row) error {
 		res.SourceRows++
@@ -126,7 +133,7 @@ func (e *Engine) Sweep(ctx context.Context, topic TopicView) (SweepResult, error
 		if got, ok := live.Lookup(r.ID); ok {
 			live.Mark(r.ID)
 			if got == d {
-				return nil
+				return commitIfFull()
 			}
 		}
 		res.Repaired++

@@ -160,7 +160,7 @@ func (a *cli) kafkaOpts() ([]kgo.Opt, error) {
 		}
 		a.closers = append(a.closers, emb.Close)
 		brokers = addrs
-	} else {
+	} else if a.serve { // `run` only: see tuneGC
 		tuneGC()
 	}
 	sec, err := a.securityOpts() // kafka.tls.*, kafka.sasl.* (security.go)
@@ -280,14 +280,19 @@ func (a *cli) engineConfig() connector.Config {
 	}
 }
 
-// tuneGC lets the heap grow to 4x its live size between collections
-// (GOGC=300) unless GOGC is set: the live heap of a connector is small (a
-// transaction's records and the dedupe set; about 30 MiB in make bench), and
-// collecting at 2x cost a quarter of an initial load's CPU. Not with the
-// embedded broker, whose heap holds the whole topic.
+// tuneGC lets the heap of `run` grow to 4x its live size between
+// collections (GOGC=300) unless GOGC is set: the live heap of a connector is
+// small (a transaction's records and the dedupe set; about 30 MiB in make
+// bench), and collecting at 2x cost a quarter of an initial load's CPU. A
+// soft limit of 256 MiB (unless GOMEMLIMIT is set) keeps a scheduled sweep's
+// key set from being multiplied too. Not with the embedded broker, whose heap
+// holds the whole topic.
 func tuneGC() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(300)
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(256 << 20)
 	}
 }
 
