@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/test/harness"
 )
 
@@ -50,6 +51,61 @@ func TestDatabaseFaults(t *testing.T) {
 		if midQuery == 0 {
 			t.Errorf("no backend was terminated while running a query")
 		}
+	})
+
+	// More transient failures than MaxAttempts inside one long pass, each
+	// after progress (commits) since the previous one: the engine must keep
+	// going, since every retry resumed from a newer checkpoint.
+	t.Run("backend terminated repeatedly in one long pass", func(t *testing.T) {
+		w := newWorld(t, nil)
+		const rows = 40000
+		w.db.Exec(t, `INSERT INTO items (id, updated_at, v)
+			SELECT g, $1::timestamptz + (g / 3) * interval '1 microsecond', 'bulk-' || g FROM generate_series(1, $2::int) AS g`,
+			time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), rows)
+		w.ensureTopics(w.opts)
+		var obs counter
+		e := w.engine(nil, &obs)
+		done := make(chan error, 1)
+		go func() {
+			_, err := e.Run(context.Background(), connector.Once)
+			done <- err
+		}()
+		const want = 12 // > connector.Config.MaxAttempts' default of 8
+		kills := 0
+		var err error
+	loop:
+		for kills < want {
+			from := obs.commits.Load()
+			waitUntil(context.Background(), 10*time.Second, func() bool { return obs.commits.Load() >= from+2 })
+			select {
+			case err = <-done:
+				break loop
+			default:
+			}
+			deadline := time.Now().Add(300 * time.Millisecond)
+			for n := 0; n == 0 && time.Now().Before(deadline); {
+				if n = terminate(context.Background(), t, w, true); n == 0 {
+					time.Sleep(time.Millisecond)
+				} else {
+					kills++
+				}
+			}
+		}
+		if kills == want {
+			select {
+			case err = <-done:
+			case <-time.After(2 * time.Minute):
+				t.Fatal("the engine did not finish the pass")
+			}
+		}
+		if err != nil {
+			t.Fatalf("after %d terminations, each following progress, the engine stopped: %v (%s)", kills, err, &obs)
+		}
+		if kills < want {
+			t.Fatalf("the pass ended after %d terminations; the table is too small to prove anything", kills)
+		}
+		w.check(t.Name())
+		t.Logf("%d backends terminated mid-page during one pass (more than MaxAttempts), the pass finished; engine: %s", kills, &obs)
 	})
 
 	t.Run("PostgreSQL restarted mid-run", func(t *testing.T) {
