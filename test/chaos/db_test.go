@@ -58,11 +58,14 @@ func TestDatabaseFaults(t *testing.T) {
 	// going, since every retry resumed from a newer checkpoint.
 	t.Run("backend terminated repeatedly in one long pass", func(t *testing.T) {
 		w := newWorld(t, nil)
+		// Rows 10ms apart keep the dedupe set (rows within the 1s margin)
+		// and so every checkpoint small.
 		const rows = 40000
 		w.db.Exec(t, `INSERT INTO items (id, updated_at, v)
-			SELECT g, $1::timestamptz + (g / 3) * interval '1 microsecond', 'bulk-' || g FROM generate_series(1, $2::int) AS g`,
+			SELECT g, $1::timestamptz + g * interval '10 milliseconds', 'bulk-' || g FROM generate_series(1, $2::int) AS g`,
 			time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), rows)
 		w.ensureTopics(w.opts)
+		w.tune = func(c *connector.Config) { c.TxnMaxRecords = 200 }
 		var obs counter
 		e := w.engine(nil, &obs)
 		done := make(chan error, 1)

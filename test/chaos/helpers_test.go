@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/connector/postgres"
 	"github.com/tidemark/tidemark/failpoint"
 	"github.com/tidemark/tidemark/offsets"
@@ -116,7 +117,8 @@ type world struct {
 	ledger  string
 	app     string // application_name of the connector's sessions
 	src     postgres.Config
-	sync    map[string]string // sync.* overrides for the config file
+	sync    map[string]string       // sync.* overrides for the config file
+	tune    func(*connector.Config) // adjusts the in-process engine's config
 }
 
 // newWorld builds a world on cluster p (nil = the package's cluster).

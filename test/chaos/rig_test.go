@@ -91,12 +91,16 @@ func (w *world) engine(opts []kgo.Opt, obs connector.Observer) *connector.Engine
 	}
 	w.t.Cleanup(pw.Close)
 	store := offsets.NewStore(w.opts, w.offsets, w.name).FailClosed(offsets.NewLedger(w.opts, w.ledger, w.name), w.topic)
-	e, err := connector.New(connector.Config{
+	cfg := connector.Config{
 		Name: w.name, PageSize: 10, Margin: time.Second, PollInterval: 50 * time.Millisecond,
 		TxnMaxRecords: 30, TxnMaxDuration: time.Second,
 		Fingerprint: "chaos-rig", FingerprintFields: map[string]string{"source.table": "items"},
 		Logger: quietLogger(w.t), Observer: obs,
-	}, src, pw, store)
+	}
+	if w.tune != nil {
+		w.tune(&cfg)
+	}
+	e, err := connector.New(cfg, src, pw, store)
 	if err != nil {
 		w.t.Fatalf("connector.New: %v", err)
 	}
