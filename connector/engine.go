@@ -75,8 +75,9 @@ type Config struct {
 	// safety stop.
 	Fingerprint       string
 	FingerprintFields map[string]string
-	// MaxAttempts is how many consecutive transient failures are retried
-	// before Run gives up; default 8.
+	// MaxAttempts is how many consecutive transient failures (with no
+	// commit between them) are retried before Run gives up; default 8. A
+	// failure after progress starts the count and the backoff over.
 	MaxAttempts int
 	// Logger; default slog.Default().
 	Logger *slog.Logger
@@ -232,6 +233,7 @@ func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 		return nil, err
 	}
 	failures := 0
+	failedAt := int64(-1) // committed seq at the last failure
 	for {
 		err := e.pass(ctx)
 		if err == nil && ctx.Err() == nil && e.sweepDue() {
@@ -260,6 +262,13 @@ func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 			return e.completion(started, "stopped: "+err.Error()), err
 		}
 		e.cfg.Observer.ObserveRetry(retryReason(err))
+		// Consecutive means without progress: a failure after a commit
+		// since the previous failure starts the count and the backoff over,
+		// so a long pass is not given up for failures it recovered from.
+		if e.committed.Seq != failedAt {
+			failures = 0
+		}
+		failedAt = e.committed.Seq
 		failures++
 		if failures >= e.cfg.MaxAttempts {
 			return e.completion(started, "gave up"), fmt.Errorf("giving up after %d consecutive failures: %w", failures, err)
