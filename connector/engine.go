@@ -89,6 +89,11 @@ type Config struct {
 	SweepInterval time.Duration
 	// Topic reads the data topic for sweeps.
 	Topic TopicView
+	// SweepMaxKeys is the memory budget of a sweep, in live topic keys
+	// held at once (some 46 bytes each); default DefaultMaxKeysInMemory
+	// (0), and a negative value always compares by buckets. A topic that
+	// may hold more is compared by buckets (see Compare).
+	SweepMaxKeys int
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }

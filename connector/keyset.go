@@ -189,3 +189,46 @@ func (s *KeySet) Unmarked(fn func(key string, digest uint64) error) error {
 
 // Len is the number of live keys.
 func (s *KeySet) Len() int { return s.live }
+
+// Each calls fn for every key, in no particular order.
+func (s *KeySet) Each(fn func(key string, digest uint64) error) error {
+	for _, v := range s.slots {
+		if v == 0 {
+			continue
+		}
+		e := &s.ents[v-1]
+		if err := fn(s.key(e), e.digest); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Filter drops every key that keep rejects. The bytes of dropped keys stay
+// in the arena until Reset.
+func (s *KeySet) Filter(keep func(key string) bool) {
+	old := s.slots
+	s.slots = make([]uint32, len(old))
+	for _, v := range old {
+		if v == 0 {
+			continue
+		}
+		e := &s.ents[v-1]
+		if !keep(s.key(e)) {
+			s.free = append(s.free, v-1)
+			s.live--
+			continue
+		}
+		i, _ := s.probe(e.hash)
+		s.slots[i] = v
+	}
+}
+
+// Reset empties the set, keeping its memory for the next keys.
+func (s *KeySet) Reset() {
+	clear(s.slots)
+	s.ents = s.ents[:0]
+	s.free = s.free[:0]
+	s.arena = s.arena[:0]
+	s.live = 0
+}

@@ -42,11 +42,19 @@ type SweepResult struct {
 	// from the topic or held another value.
 	Tombstoned, Repaired int64
 	Took                 time.Duration
+	// Buckets is set when the topic was compared by buckets (it may hold
+	// more live keys than Config.SweepMaxKeys).
+	Buckets *BucketStats `json:",omitempty"`
 }
 
 func (r SweepResult) String() string {
-	return fmt.Sprintf("sweep at view %s: %d source rows, %d live topic keys, %d tombstoned, %d repaired, took %s",
+	s := fmt.Sprintf("sweep at view %s: %d source rows, %d live topic keys, %d tombstoned, %d repaired, took %s",
 		schemas.FormatTime(r.View), r.SourceRows, r.TopicKeys, r.Tombstoned, r.Repaired, r.Took.Round(time.Millisecond))
+	if b := r.Buckets; b != nil {
+		s += fmt.Sprintf(" (by buckets: %d of %d differed, %d rounds, %d partition reads, %d source scans)",
+			b.Differing, b.Buckets, b.Rounds, b.TargetReads, b.SourceScans)
+	}
+	return s
 }
 
 // Sweep reconciles the topic with the source (CONTRACT §5): it publishes a
@@ -66,6 +74,13 @@ func (r SweepResult) String() string {
 // at E. A crash mid-sweep leaves its committed tombstones and repairs in the
 // topic and the sweep marked in the checkpoint; the next start sweeps again
 // from a new E and S and converges.
+//
+// When the topic may hold more live keys than Config.SweepMaxKeys, the
+// comparison goes by buckets (see Compare) and reads each side several
+// times; the argument still holds because the views do not move: E is
+// fixed once, before S is taken, and every read of the topic stops at E
+// (so it never sees the sweep's own records), and every read of the source
+// happens in the one snapshot S.
 func (e *Engine) Sweep(ctx context.Context, topic TopicView) (SweepResult, error) {
 	scanner, ok := e.src.(LiveScanner)
 	if !ok {
@@ -80,11 +95,7 @@ func (e *Engine) Sweep(ctx context.Context, topic TopicView) (SweepResult, error
 	if e.cp.Sweep == nil {
 		e.cp.Sweep = &schemas.SweepProgress{StartedAt: schemas.FormatTime(e.cfg.Now())}
 	}
-	live, _, err := topic.Live(ctx)
-	if err != nil {
-		return SweepResult{}, staged("kafka", fmt.Errorf("read the live keys of the topic: %w", err))
-	}
-	res := SweepResult{TopicKeys: int64(live.Len())}
+	var res SweepResult
 	var lowB int64 = -1 << 63
 	if e.cp.Watermark != "" {
 		if w, err := schemas.ParseTime(e.cp.Watermark); err == nil {
@@ -104,13 +115,13 @@ func (e *Engine) Sweep(ctx context.Context, topic TopicView) (SweepResult, error
 	publish := func(r *Row) error {
 		if !e.txOpen {
 			if err := e.pub.Begin(ctx); err != nil {
-				return fmt.Errorf("begin transaction: %w", err)
+				return staged("kafka", fmt.Errorf("begin transaction: %w", err))
 			}
 			e.txOpen = true
 			e.txStart = e.cfg.Now()
 		}
 		if err := e.pub.Publish(ctx, r); err != nil {
-			return fmt.Errorf("publish id %s: %w", r.ID, err)
+			return staged("kafka", fmt.Errorf("publish id %s: %w", r.ID, err))
 		}
 		e.txRecords++
 		e.txBytes += int64(len(r.ID) + len(r.Value))
@@ -127,32 +138,26 @@ func (e *Engine) Sweep(ctx context.Context, topic TopicView) (SweepResult, error
 		}
 		return commitIfFull()
 	}
-	view, err := scanner.ScanLive(ctx, func(r *Row) error {
-		res.SourceRows++
-		d := Digest(r)
-		if got, ok := live.Lookup(r.ID); ok {
-			live.Mark(r.ID)
-			if got == d {
-				return commitIfFull()
-			}
-		}
+	repair := func(r *Row) error {
 		res.Repaired++
 		return publish(r)
+	}
+	cs, err := Compare(ctx, scanner, topic, e.cfg.SweepMaxKeys, CompareFuncs{
+		Missing:    repair,
+		Mismatched: repair,
+		Matched:    func(*Row) error { return commitIfFull() },
+		Extra: func(key string) error {
+			res.Tombstoned++
+			return publish(&Row{ID: key, UpdatedAt: e.cfg.Now(), Deleted: true})
+		},
+		Progress: commitIfFull,
 	})
-	res.View = view
+	res.View, res.SourceRows, res.TopicKeys, res.Buckets = cs.View, cs.SourceRows, cs.TargetKeys, cs.Bucketed
 	if err != nil {
 		e.abort(ctx)
-		return res, staged("source", fmt.Errorf("sweep: scan the source: %w", err))
+		return res, fmt.Errorf("sweep: %w", err)
 	}
-	now := e.cfg.Now()
-	err = live.Unmarked(func(key string, _ uint64) error {
-		res.Tombstoned++
-		return publish(&Row{ID: key, UpdatedAt: now, Deleted: true})
-	})
-	if err != nil {
-		e.abort(ctx)
-		return res, staged("kafka", fmt.Errorf("sweep: publish tombstones: %w", err))
-	}
+	view := cs.View
 	res.Took = time.Since(start)
 	e.cp.Sweep = nil
 	e.cp.LastSweep = &schemas.SweepSummary{

@@ -2,7 +2,11 @@ package fold
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"slices"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/connector"
@@ -14,27 +18,32 @@ type Topic struct {
 	Topic string
 }
 
-var _ connector.TopicView = Topic{}
+var (
+	_ connector.TopicView   = Topic{}
+	_ connector.TopicPinner = Topic{}
+)
 
-// Live folds the topic read_committed into a compact key set: every live key
-// with the digest of its last value (connector.Digest, so it compares with
-// source rows directly). Memory grows with the live keys, not the records.
+// Live folds the topic read_committed, up to the last stable offsets when
+// it began, into a compact key set: every live key with the digest of its
+// last value (connector.Digest, so it compares with source rows directly).
+// Memory grows with the live keys, not the records.
 func (t Topic) Live(ctx context.Context) (*connector.KeySet, connector.TopicStats, error) {
+	pin, err := t.pin(ctx)
+	if err != nil {
+		return nil, connector.TopicStats{}, err
+	}
 	ks := connector.NewKeySet(1 << 16)
-	st := connector.TopicStats{End: map[int32]int64{}}
+	st := connector.TopicStats{End: pin.End()}
 	var row connector.Row
-	err := Scan(ctx, t.Opts, t.Topic, func(r *kgo.Record) error {
+	err = pin.Read(ctx, nil, func(key, value []byte) error {
 		st.Records++
-		if r.Offset+1 > st.End[r.Partition] {
-			st.End[r.Partition] = r.Offset + 1
-		}
-		if r.Value == nil {
+		if value == nil {
 			st.Tombstones++
-			ks.Delete(string(r.Key))
+			ks.Delete(string(key))
 			return nil
 		}
-		row = connector.Row{Value: r.Value}
-		same, err := ks.Put(string(r.Key), connector.Digest(&row))
+		row = connector.Row{Value: value}
+		same, err := ks.Put(string(key), connector.Digest(&row))
 		if same {
 			st.Duplicates++
 		}
@@ -42,3 +51,54 @@ func (t Topic) Live(ctx context.Context) (*connector.KeySet, connector.TopicStat
 	})
 	return ks, st, err
 }
+
+// Pin fixes the topic's view: its start and last stable offsets now. Every
+// Read of the pinned topic stops at those offsets, so records committed
+// later (a sweep's own) are never seen.
+func (t Topic) Pin(ctx context.Context) (connector.PinnedTopic, error) { return t.pin(ctx) }
+
+func (t Topic) pin(ctx context.Context) (*Pinned, error) {
+	adm, err := kgo.NewClient(t.Opts...)
+	if err != nil {
+		return nil, fmt.Errorf("pin %s: %w", t.Topic, err)
+	}
+	ends, starts, err := bounds(ctx, kadm.NewClient(adm), t.Topic)
+	adm.Close()
+	if err != nil {
+		return nil, err
+	}
+	return &Pinned{opts: t.Opts, topic: t.Topic, starts: starts, ends: ends}, nil
+}
+
+// Pinned is a topic fixed at the offsets observed by Pin.
+type Pinned struct {
+	opts         []kgo.Opt
+	topic        string
+	starts, ends map[int32]int64
+}
+
+var _ connector.PinnedTopic = (*Pinned)(nil)
+
+// Parts lists the partitions with the offsets each holds in the view (an
+// upper bound on its live keys: records, tombstones and markers).
+func (p *Pinned) Parts() []connector.Part {
+	out := make([]connector.Part, 0, len(p.ends))
+	for _, id := range slices.Sorted(maps.Keys(p.ends)) {
+		out = append(out, connector.Part{ID: id, Records: max(0, p.ends[id]-p.starts[id])})
+	}
+	return out
+}
+
+// Read calls fn for every committed record of parts (nil: all), in offset
+// order per partition, up to the pinned end offsets.
+func (p *Pinned) Read(ctx context.Context, parts []int32, fn func(key, value []byte) error) error {
+	return scanRanges(ctx, p.opts, p.topic, p.starts, p.ends, parts, func(r *kgo.Record) error {
+		return fn(r.Key, r.Value)
+	})
+}
+
+// End is the pinned last stable offset of each partition.
+func (p *Pinned) End() map[int32]int64 { return maps.Clone(p.ends) }
+
+// Close releases nothing: a pinned topic holds no connection.
+func (p *Pinned) Close(context.Context) error { return nil }

@@ -38,11 +38,29 @@ func ScanTail(ctx context.Context, opts []kgo.Opt, topic string, n int64, fn fun
 	if err != nil {
 		return err
 	}
-	want := map[int32]kgo.Offset{}
-	remaining := map[int32]int64{} // partition -> last offset to reach
 	for p, end := range ends {
 		if n >= 0 && end-n > starts[p] {
 			starts[p] = end - n
+		}
+	}
+	return scanRanges(ctx, opts, topic, starts, ends, nil, fn)
+}
+
+// scanRanges calls fn for every committed data record of the partitions
+// (all of ends when parts is nil) from starts up to ends (exclusive), in
+// offset order per partition.
+func scanRanges(ctx context.Context, opts []kgo.Opt, topic string, starts, ends map[int32]int64, parts []int32, fn func(*kgo.Record) error) error {
+	if parts == nil {
+		for p := range ends {
+			parts = append(parts, p)
+		}
+	}
+	want := map[int32]kgo.Offset{}
+	remaining := map[int32]int64{} // partition -> last offset to reach
+	for _, p := range parts {
+		end, ok := ends[p]
+		if !ok {
+			return fmt.Errorf("scan %s: no partition %d", topic, p)
 		}
 		if end > starts[p] {
 			want[p] = kgo.NewOffset().At(starts[p])

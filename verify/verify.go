@@ -5,7 +5,10 @@
 // The target is read first (the topic up to its last stable offsets, or a
 // replica under its own snapshot), then the source under one snapshot, and
 // the two are compared by key and connector.Digest of the value. Memory is
-// one compact KeySet of the target (about 40 bytes per live key).
+// one compact KeySet of the target (about 46 bytes per live key), up to
+// Options.MaxKeysInMemory keys; a larger target is compared by buckets
+// (connector.Compare): per-bucket digests first, then key by key only in
+// the buckets that differ, with the same report.
 package verify
 
 import (
@@ -49,48 +52,63 @@ type Report struct {
 	MissingSample    []string `json:"missing_sample"`
 	ExtraSample      []string `json:"extra_sample"`
 	MismatchedSample []string `json:"mismatched_sample"`
-	Seconds          float64  `json:"seconds"`
+	// Buckets is set when the comparison went by buckets.
+	Buckets *connector.BucketStats `json:"buckets,omitempty"`
+	Seconds float64                `json:"seconds"`
 }
 
 // OK reports whether the target equals the source.
 func (r *Report) OK() bool { return r.Missing == 0 && r.Extra == 0 && r.Mismatched == 0 }
 
-// Compare reads target, then source, and compares them.
+// Options tune a comparison.
+type Options struct {
+	// MaxKeysInMemory is the most live target keys held in memory at once;
+	// default connector.DefaultMaxKeysInMemory (0), and a negative value
+	// always compares by buckets.
+	MaxKeysInMemory int
+}
+
+// Compare reads target, then source, and compares them with the default
+// Options.
 func Compare(ctx context.Context, source connector.LiveScanner, target connector.TopicView, targetName string) (*Report, error) {
+	return Options{}.Compare(ctx, source, target, targetName)
+}
+
+// Compare fixes the target's view, then the source's, and compares them.
+func (o Options) Compare(ctx context.Context, source connector.LiveScanner, target connector.TopicView, targetName string) (*Report, error) {
 	start := time.Now()
-	live, st, err := target.Live(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", targetName, err)
-	}
-	r := &Report{Target: targetName, LiveKeys: int64(live.Len()), Duplicates: st.Duplicates,
-		Records: st.Records, Tombstones: st.Tombstones, TargetEnd: st.End,
-		MissingSample: []string{}, ExtraSample: []string{}, MismatchedSample: []string{}}
-	view, err := source.ScanLive(ctx, func(row *connector.Row) error {
-		r.SourceRows++
-		d, ok := live.Lookup(row.ID)
-		switch {
-		case !ok:
+	r := &Report{Target: targetName, MissingSample: []string{}, ExtraSample: []string{}, MismatchedSample: []string{}}
+	cs, err := connector.Compare(ctx, source, target, o.MaxKeysInMemory, connector.CompareFuncs{
+		Missing: func(row *connector.Row) error {
 			r.Missing++
 			r.MissingSample = sample(r.MissingSample, row.ID)
-		case d != connector.Digest(row):
+			return nil
+		},
+		Mismatched: func(row *connector.Row) error {
 			r.Mismatched++
 			r.MismatchedSample = sample(r.MismatchedSample, row.ID)
-			live.Mark(row.ID)
-		default:
-			live.Mark(row.ID)
-		}
-		return nil
+			return nil
+		},
+		Extra: func(key string) error {
+			r.Extra++
+			r.ExtraSample = sample(r.ExtraSample, key)
+			return nil
+		},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("scan the source: %w", err)
+		return nil, fmt.Errorf("compare %s with the source: %w", targetName, err)
 	}
-	r.SourceView = schemas.FormatTime(view)
-	_ = live.Unmarked(func(key string, _ uint64) error {
-		r.Extra++
-		r.ExtraSample = sample(r.ExtraSample, key)
-		return nil
-	})
+	r.SourceRows, r.LiveKeys, r.Duplicates = cs.SourceRows, cs.TargetKeys, cs.Duplicates
+	if cs.End != nil { // a topic; a replica has no records to count
+		r.Records, r.Tombstones, r.TargetEnd = cs.Records, cs.Tombstones, cs.End
+	}
+	r.SourceView = schemas.FormatTime(cs.View)
+	r.Buckets = cs.Bucketed
+	// Samples are the first ids met, in an order that depends on how the
+	// comparison went; sorted, they read the same either way.
+	sort.Strings(r.MissingSample)
 	sort.Strings(r.ExtraSample)
+	sort.Strings(r.MismatchedSample)
 	r.Seconds = time.Since(start).Seconds()
 	return r, nil
 }
@@ -125,6 +143,10 @@ func (r *Report) Text() string {
 	fmt.Fprintf(&b, "  extra:         %d %s\n", r.Extra, list(r.ExtraSample))
 	fmt.Fprintf(&b, "  mismatched:    %d %s\n", r.Mismatched, list(r.MismatchedSample))
 	fmt.Fprintf(&b, "  duplicate publications: %d\n", r.Duplicates)
+	if bs := r.Buckets; bs != nil {
+		fmt.Fprintf(&b, "  by buckets:    %d of %d differed, %d rounds, %d partition reads, %d source scans\n",
+			bs.Differing, bs.Buckets, bs.Rounds, bs.TargetReads, bs.SourceScans)
+	}
 	fmt.Fprintf(&b, "%s (%.1fs)\n", verdict, r.Seconds)
 	return b.String()
 }
@@ -137,8 +159,15 @@ func list(s []string) string {
 }
 
 // Scanned adapts a LiveScanner (a replica table) to a TopicView, so a
-// replica can be the target of Compare.
+// replica can be the target of Compare. When the replica is also a
+// LiveViewer, it can be pinned (held in one snapshot) and compared by
+// buckets.
 type Scanned struct{ connector.LiveScanner }
+
+var (
+	_ connector.TopicView   = Scanned{}
+	_ connector.TopicPinner = Scanned{}
+)
 
 // Live scans every live row into a KeySet.
 func (s Scanned) Live(ctx context.Context) (*connector.KeySet, connector.TopicStats, error) {
@@ -149,3 +178,29 @@ func (s Scanned) Live(ctx context.Context) (*connector.KeySet, connector.TopicSt
 	})
 	return ks, connector.TopicStats{}, err
 }
+
+// Pin opens one view of the replica: a single part of unknown size, read
+// as often as needed.
+func (s Scanned) Pin(ctx context.Context) (connector.PinnedTopic, error) {
+	lv, ok := s.LiveScanner.(connector.LiveViewer)
+	if !ok {
+		return nil, fmt.Errorf("%T: %w", s.LiveScanner, connector.ErrCannotPin)
+	}
+	v, err := lv.LiveView(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return scannedPin{v}, nil
+}
+
+type scannedPin struct{ v connector.LiveView }
+
+func (p scannedPin) Parts() []connector.Part { return []connector.Part{{ID: 0, Records: -1}} }
+
+func (p scannedPin) Read(ctx context.Context, _ []int32, fn func(key, value []byte) error) error {
+	return p.v.ScanLive(ctx, func(r *connector.Row) error { return fn([]byte(r.ID), r.Value) })
+}
+
+func (p scannedPin) End() map[int32]int64 { return nil }
+
+func (p scannedPin) Close(ctx context.Context) error { return p.v.Close(ctx) }

@@ -273,11 +273,21 @@ func (a *cli) engineConfig() connector.Config {
 		DedupeMaxEntries:  dedupe,
 		Horizon:           a.cfg.Source.Horizon,
 		SweepInterval:     a.cfg.Sweep.Interval.Duration,
+		SweepMaxKeys:      a.sweepMaxKeys(),
 		Consistent:        a.cfg.Source.InitialLoad == "consistent",
 		Fingerprint:       sum,
 		FingerprintFields: fields,
 		Logger:            a.log,
 	}
+}
+
+// sweepMaxKeys is sweep.max_keys_in_memory for connector.Compare, where 0
+// means the default and a negative value always by buckets.
+func (a *cli) sweepMaxKeys() int {
+	if n := a.cfg.Sweep.MaxKeysInMemory; n > 0 {
+		return n
+	}
+	return -1
 }
 
 // tuneGC lets the heap of `run` grow to 4x its live size between

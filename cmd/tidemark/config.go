@@ -230,6 +230,13 @@ type SweepConfig struct {
 	// demand with `tidemark sweep`. A table without a soft-delete column
 	// needs it to propagate deletes.
 	Interval Duration `yaml:"interval"`
+	// MaxKeysInMemory is the memory budget of a sweep and of verify, in
+	// live topic keys held at once (some 46 bytes each: the default
+	// 4000000 is about 180 MiB). A topic that may hold more (its record
+	// count exceeds it) is compared by buckets: per-bucket digests first,
+	// then key by key only where they differ, at the cost of extra reads of
+	// the topic and the table. 0 = always by buckets.
+	MaxKeysInMemory int `yaml:"max_keys_in_memory"`
 }
 
 // LogConfig configures logging.
@@ -322,6 +329,7 @@ var defaults = map[string]string{
 	"sync.txn_max_duration":     "5s",
 	"sync.dedupe_max_entries":   "20000",
 	"sweep.interval":            "0s",
+	"sweep.max_keys_in_memory":  "4000000",
 	"log.level":                 "info",
 	"log.format":                "auto",
 }
@@ -664,6 +672,9 @@ func (c *Config) Validate() error {
 
 	if c.Sweep.Interval.Duration < 0 {
 		p.add("sweep.interval", "%s is negative; use 0s (on demand only) or a positive duration such as 1h%s", c.Sweep.Interval, with("sweep.interval"))
+	}
+	if c.Sweep.MaxKeysInMemory < 0 {
+		p.add("sweep.max_keys_in_memory", "%d is negative; use 0 (always by buckets) or a number of keys such as 4000000%s", c.Sweep.MaxKeysInMemory, with("sweep.max_keys_in_memory"))
 	}
 
 	switch c.Log.Level {

@@ -89,7 +89,8 @@ func TestDefaults(t *testing.T) {
 			PollJitter: 0.2, TxnMaxRecords: 10000, TxnMaxBytes: 16 << 20,
 			TxnMaxDuration: Duration{5 * time.Second}, DedupeMaxEntries: 20000,
 		},
-		Log: LogConfig{Level: "info", Format: "auto"},
+		Sweep: SweepConfig{MaxKeysInMemory: 4000000},
+		Log:   LogConfig{Level: "info", Format: "auto"},
 	}
 	c.origin = nil
 	if !reflect.DeepEqual(*c, want) {
@@ -194,7 +195,7 @@ func TestEveryKeySettable(t *testing.T) {
 		"kafka.allow_non_compacted": "true", "kafka.transaction_timeout": "2m",
 		"sync.page_size": "500", "sync.margin": "30s", "sync.poll_interval": "5s",
 		"sync.poll_jitter": "0.5", "sync.txn_max_records": "600", "sync.txn_max_bytes": "1000",
-		"sync.txn_max_duration": "1s", "sync.dedupe_max_entries": "7", "sweep.interval": "1h", "log.level": "debug",
+		"sync.txn_max_duration": "1s", "sync.dedupe_max_entries": "7", "sweep.interval": "1h", "sweep.max_keys_in_memory": "1000", "log.level": "debug",
 		"log.format":        "json",
 		"kafka.tls.enabled": "true", "kafka.tls.ca_file": "/etc/ca.pem", "kafka.tls.cert_file": "/etc/c.pem",
 		"kafka.tls.key_file": "/etc/k.pem", "kafka.tls.server_name": "kafka.internal",

@@ -56,7 +56,7 @@ func cmdVerify(ctx context.Context, a *cli) error {
 		target = fold.Topic{Opts: opts, Topic: a.cfg.Kafka.Topic}
 	}
 	a.log.Info("verify: reading the target, then the source under one snapshot", "target", name)
-	rep, err := verify.Compare(ctx, scanner, target, name)
+	rep, err := verify.Options{MaxKeysInMemory: a.sweepMaxKeys()}.Compare(ctx, scanner, target, name)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,317 @@
+package connector
+
+import (
+	"context"
+	"fmt"
+)
+
+// Buckets is the number of buckets of a bucketed comparison.
+const Buckets = 1 << bucketBits
+
+const bucketBits = 12
+
+// progressEvery is how many records or rows pass between two Progress calls.
+const progressEvery = 1024
+
+// Bucket returns the bucket of key, 0..Buckets-1: the top bits of a stable
+// 64-bit hash (FNV-1a, mixed), the same in every process.
+func Bucket(key string) int { return int(mix64(keyHash(key)) >> (64 - bucketBits)) }
+
+func bucketOf[T ~string | ~[]byte](key T) (bucket int, h uint64) {
+	h = keyHash(key)
+	return int(mix64(h) >> (64 - bucketBits)), h
+}
+
+// keyHash is FNV-1a 64 of key.
+func keyHash[T ~string | ~[]byte](key T) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(key); i++ {
+		h ^= uint64(key[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// mix64 is the SplitMix64 finaliser.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// BucketDigest is an order-independent digest of the (key, value digest)
+// pairs of one bucket: their count and the sum of a hash of each pair. A
+// sum, not a XOR, so that a pair held twice (a key in two partitions) does
+// not cancel out.
+type BucketDigest struct {
+	N   int64
+	Sum uint64
+}
+
+// Add adds the pair (key, digest), key given by its keyHash.
+func (d *BucketDigest) add(keyHash, digest uint64) {
+	d.N++
+	d.Sum += mix64(keyHash ^ mix64(digest^0x9e3779b97f4a7c15))
+}
+
+// Add adds the pair (key, value digest).
+func (d *BucketDigest) Add(key string, digest uint64) { d.add(keyHash(key), digest) }
+
+// bucketed is one bucketed comparison (see Compare).
+type bucketed struct {
+	src   LiveViewer
+	pin   PinnedTopic
+	f     CompareFuncs
+	limit int // most keys in the KeySet; <= 0: no limit (forced)
+	ks    *KeySet
+
+	target, source                 [Buckets]BucketDigest
+	records, tombstones, duplicate [Buckets]int64
+	groups                         []group
+	stats                          CompareStats
+	bs                             BucketStats
+	sel                            [Buckets]bool
+}
+
+// group is a set of parts folded together in phase 1, and how many live
+// keys it holds per bucket.
+type group struct {
+	ids  []int32
+	keys *[Buckets]int32
+}
+
+func (c *bucketed) run(ctx context.Context, parts []Part) (CompareStats, error) {
+	// The target is fixed (pinned) before the source view is taken.
+	view, err := c.src.LiveView(ctx)
+	if err != nil {
+		return CompareStats{}, staged("source", fmt.Errorf("open the source view: %w", err))
+	}
+	defer view.Close(context.WithoutCancel(ctx))
+	c.stats.View, c.stats.End = view.Start(), c.pin.End()
+	c.bs.Buckets = Buckets
+
+	// Phase 1, target: a digest per bucket. A key lives in one partition,
+	// so partitions are folded one at a time when their sizes are known;
+	// else (a replica) all together.
+	known := true
+	for _, p := range parts {
+		known = known && p.Records >= 0
+	}
+	for _, p := range parts {
+		switch {
+		case !known:
+			if len(c.groups) == 0 {
+				c.groups = append(c.groups, group{keys: new([Buckets]int32)})
+			}
+			c.groups[0].ids = append(c.groups[0].ids, p.ID)
+		case p.Records > 0:
+			c.groups = append(c.groups, group{ids: []int32{p.ID}, keys: new([Buckets]int32)})
+		}
+	}
+	for gi := range c.groups {
+		g := &c.groups[gi]
+		width := Buckets
+		for lo := 0; lo < Buckets; {
+			hi, err := c.fold(ctx, g.ids, lo, min(Buckets, lo+width))
+			if err != nil {
+				return c.stats, err
+			}
+			if c.limit > 0 && len(c.groups) == 1 && lo == 0 && hi == Buckets {
+				// Everything fit at once after all: compare directly.
+				return c.direct(ctx, view)
+			}
+			_ = c.ks.Each(func(key string, d uint64) error {
+				b, h := bucketOf(key)
+				c.target[b].add(h, d)
+				g.keys[b]++
+				return nil
+			})
+			width = hi - lo
+			if c.limit > 0 && c.ks.Len() < c.limit/2 {
+				width *= 2
+			}
+			lo = hi
+		}
+	}
+	for b := range Buckets {
+		c.stats.TargetKeys += c.target[b].N
+		c.stats.Records += c.records[b]
+		c.stats.Tombstones += c.tombstones[b]
+		c.stats.Duplicates += c.duplicate[b]
+	}
+
+	// Phase 1, source: one scan.
+	n := 0
+	err = view.ScanLive(ctx, func(r *Row) error {
+		c.stats.SourceRows++
+		b, h := bucketOf(r.ID)
+		c.source[b].add(h, Digest(r))
+		if n++; n%progressEvery == 0 {
+			return c.f.Progress()
+		}
+		return nil
+	})
+	c.bs.SourceScans++
+	if err != nil {
+		return c.stats, stagedOnce("source", fmt.Errorf("scan the source: %w", err))
+	}
+
+	// Phase 2: drill down into the differing buckets, in rounds whose
+	// target keys fit the budget (at least one bucket per round).
+	var round []int
+	var keys int64
+	flush := func() error {
+		if len(round) == 0 {
+			return nil
+		}
+		err := c.drill(ctx, view, round)
+		round, keys = round[:0], 0
+		return err
+	}
+	for b := range Buckets {
+		if c.target[b] == c.source[b] {
+			continue
+		}
+		c.bs.Differing++
+		if c.limit > 0 && len(round) > 0 && keys+c.target[b].N > int64(c.limit) {
+			if err := flush(); err != nil {
+				return c.stats, err
+			}
+		}
+		round = append(round, b)
+		keys += c.target[b].N
+	}
+	if err := flush(); err != nil {
+		return c.stats, err
+	}
+	c.stats.Bucketed = &c.bs
+	return c.stats, nil
+}
+
+// fold reads parts into the KeySet, keeping the keys of buckets lo..hi-1
+// and counting their records. When the set outgrows the budget it drops the
+// upper half of the range (and its counts) and goes on with the lower half;
+// it returns the hi it ended with.
+func (c *bucketed) fold(ctx context.Context, parts []int32, lo, hi int) (int, error) {
+	c.ks.Reset()
+	n := 0
+	err := c.pin.Read(ctx, parts, func(key, value []byte) error {
+		b, _ := bucketOf(key)
+		if b < lo || b >= hi {
+			return nil
+		}
+		c.records[b]++
+		if value == nil {
+			c.tombstones[b]++
+			c.ks.Delete(string(key))
+		} else {
+			same, err := c.ks.Put(string(key), digest(false, value))
+			if err != nil {
+				return err
+			}
+			if same {
+				c.duplicate[b]++
+			}
+			if c.limit > 0 && c.ks.Len() > c.limit && hi-lo > 1 {
+				mid := lo + (hi-lo)/2
+				c.ks.Filter(func(k string) bool { return Bucket(k) < mid })
+				for x := mid; x < hi; x++ {
+					c.records[x], c.tombstones[x], c.duplicate[x] = 0, 0, 0
+				}
+				hi = mid
+			}
+		}
+		c.bs.MaxKeys = max(c.bs.MaxKeys, c.ks.Len())
+		if n++; n%progressEvery == 0 {
+			return c.f.Progress()
+		}
+		return nil
+	})
+	c.bs.TargetReads += len(parts)
+	if err != nil {
+		return hi, stagedOnce("kafka", fmt.Errorf("read the target, buckets %d..%d: %w", lo, hi-1, err))
+	}
+	return hi, nil
+}
+
+// direct compares the KeySet, which holds the whole target, with one scan
+// of the source: the in-memory comparison, inside the fixed views.
+func (c *bucketed) direct(ctx context.Context, view LiveView) (CompareStats, error) {
+	c.stats.TargetKeys = int64(c.ks.Len())
+	for b := range Buckets {
+		c.stats.Records += c.records[b]
+		c.stats.Tombstones += c.tombstones[b]
+		c.stats.Duplicates += c.duplicate[b]
+	}
+	err := view.ScanLive(ctx, func(r *Row) error {
+		c.stats.SourceRows++
+		return compareRow(c.ks, r, &c.f)
+	})
+	if err != nil {
+		return c.stats, stagedOnce("source", fmt.Errorf("scan the source: %w", err))
+	}
+	return c.stats, c.ks.Unmarked(func(key string, _ uint64) error { return c.f.Extra(key) })
+}
+
+// drill compares the buckets of one round key by key: the target's keys of
+// those buckets (only the partitions that hold any) into the KeySet, then
+// one scan of the source.
+func (c *bucketed) drill(ctx context.Context, view LiveView, round []int) error {
+	c.bs.Rounds++
+	for _, b := range round {
+		c.sel[b] = true
+	}
+	defer func() {
+		for _, b := range round {
+			c.sel[b] = false
+		}
+	}()
+	var parts []int32
+	for _, g := range c.groups {
+		for _, b := range round {
+			if g.keys[b] > 0 {
+				parts = append(parts, g.ids...)
+				break
+			}
+		}
+	}
+	c.ks.Reset()
+	n := 0
+	if len(parts) > 0 {
+		err := c.pin.Read(ctx, parts, func(key, value []byte) error {
+			if b, _ := bucketOf(key); c.sel[b] {
+				if value == nil {
+					c.ks.Delete(string(key))
+				} else if _, err := c.ks.Put(string(key), digest(false, value)); err != nil {
+					return err
+				}
+			}
+			if n++; n%progressEvery == 0 {
+				return c.f.Progress()
+			}
+			return nil
+		})
+		c.bs.TargetReads += len(parts)
+		c.bs.MaxKeys = max(c.bs.MaxKeys, c.ks.Len())
+		if err != nil {
+			return stagedOnce("kafka", fmt.Errorf("read the target again, %d buckets: %w", len(round), err))
+		}
+	}
+	err := view.ScanLive(ctx, func(r *Row) error {
+		if b, _ := bucketOf(r.ID); c.sel[b] {
+			return compareRow(c.ks, r, &c.f)
+		}
+		if n++; n%progressEvery == 0 {
+			return c.f.Progress()
+		}
+		return nil
+	})
+	c.bs.SourceScans++
+	if err != nil {
+		return stagedOnce("source", fmt.Errorf("scan the source again, %d buckets: %w", len(round), err))
+	}
+	return c.ks.Unmarked(func(key string, _ uint64) error { return c.f.Extra(key) })
+}
