@@ -23,6 +23,10 @@ func TestCrashAtEveryStepBoundary(t *testing.T) {
 	if soak() {
 		hits = []int{1, 2, 3, 5, 8, 13}
 	}
+	// Enough rows (and mutations between rounds) for the last hit: a
+	// transaction holds 6 records.
+	maxHit := hits[len(hits)-1]
+	seedN, steps := max(40, 15*maxHit), max(30, 8*maxHit)
 	var crashes atomic.Int64
 	for _, point := range points {
 		for _, hit := range hits {
@@ -32,7 +36,7 @@ func TestCrashAtEveryStepBoundary(t *testing.T) {
 				w.sync["page_size"] = "3"
 				w.sync["txn_max_records"] = "6"
 				m := newMutator(w, seed+uint64(hit))
-				seedRows(t, w, m, 40)
+				seedRows(t, w, m, seedN)
 				cfg := w.config()
 				spec := fmt.Sprintf("TIDEMARK_FAILPOINTS=%s=%d", point, hit)
 				for round := 1; round <= 2; round++ {
@@ -53,7 +57,7 @@ func TestCrashAtEveryStepBoundary(t *testing.T) {
 						// Move the checkpoint forward so that round 2 crashes
 						// a resumed run, not a fresh one.
 						w.once("after round 1")
-						for range 30 {
+						for range steps {
 							if err := m.step(context.Background()); err != nil {
 								t.Fatalf("mutate: %v", err)
 							}
