@@ -68,13 +68,18 @@ type bucketed struct {
 	limit int // most keys in the KeySet; <= 0: no limit (forced)
 	ks    *KeySet
 
-	target, source                 [Buckets]BucketDigest
+	target, source [Buckets]BucketDigest
+	// Counts of the target's records per bucket: the totals, and those of
+	// the current fold (dropped with their buckets when the fold shrinks).
 	records, tombstones, duplicate [Buckets]int64
+	pass                           [Buckets]passCounts
 	groups                         []group
 	stats                          CompareStats
 	bs                             BucketStats
 	sel                            [Buckets]bool
 }
+
+type passCounts struct{ records, tombstones, duplicate int64 }
 
 // group is a set of parts folded together in phase 1, and how many live
 // keys it holds per bucket.
@@ -197,15 +202,17 @@ func (c *bucketed) run(ctx context.Context, parts []Part) (CompareStats, error) 
 // it returns the hi it ended with.
 func (c *bucketed) fold(ctx context.Context, parts []int32, lo, hi int) (int, error) {
 	c.ks.Reset()
+	clear(c.pass[lo:hi])
 	n := 0
 	err := c.pin.Read(ctx, parts, func(key, value []byte) error {
 		b, _ := bucketOf(key)
 		if b < lo || b >= hi {
 			return nil
 		}
-		c.records[b]++
+		pc := &c.pass[b]
+		pc.records++
 		if value == nil {
-			c.tombstones[b]++
+			pc.tombstones++
 			c.ks.Delete(string(key))
 		} else {
 			same, err := c.ks.Put(string(key), digest(false, value))
@@ -213,14 +220,11 @@ func (c *bucketed) fold(ctx context.Context, parts []int32, lo, hi int) (int, er
 				return err
 			}
 			if same {
-				c.duplicate[b]++
+				pc.duplicate++
 			}
 			if c.limit > 0 && c.ks.Len() > c.limit && hi-lo > 1 {
 				mid := lo + (hi-lo)/2
 				c.ks.Filter(func(k string) bool { return Bucket(k) < mid })
-				for x := mid; x < hi; x++ {
-					c.records[x], c.tombstones[x], c.duplicate[x] = 0, 0, 0
-				}
 				hi = mid
 			}
 		}
@@ -233,6 +237,11 @@ func (c *bucketed) fold(ctx context.Context, parts []int32, lo, hi int) (int, er
 	c.bs.TargetReads += len(parts)
 	if err != nil {
 		return hi, stagedOnce("kafka", fmt.Errorf("read the target, buckets %d..%d: %w", lo, hi-1, err))
+	}
+	for b := lo; b < hi; b++ {
+		c.records[b] += c.pass[b].records
+		c.tombstones[b] += c.pass[b].tombstones
+		c.duplicate[b] += c.pass[b].duplicate
 	}
 	return hi, nil
 }

@@ -70,6 +70,11 @@ func (t Topic) pin(ctx context.Context) (*Pinned, error) {
 	return &Pinned{opts: t.Opts, topic: t.Topic, starts: starts, ends: ends}, nil
 }
 
+// readMaxBytes bounds one fetch response of a Read (kgo's default is 50 MiB
+// per response, buffered ahead of the fold): the fold is CPU-bound, so
+// larger fetches buy nothing but heap.
+const readMaxBytes = 1 << 20
+
 // Pinned is a topic fixed at the offsets observed by Pin.
 type Pinned struct {
 	opts         []kgo.Opt
@@ -92,7 +97,8 @@ func (p *Pinned) Parts() []connector.Part {
 // Read calls fn for every committed record of parts (nil: all), in offset
 // order per partition, up to the pinned end offsets.
 func (p *Pinned) Read(ctx context.Context, parts []int32, fn func(key, value []byte) error) error {
-	return scanRanges(ctx, p.opts, p.topic, p.starts, p.ends, parts, func(r *kgo.Record) error {
+	opts := append(append([]kgo.Opt{}, p.opts...), kgo.FetchMaxBytes(readMaxBytes), kgo.FetchMaxPartitionBytes(readMaxBytes))
+	return scanRanges(ctx, opts, p.topic, p.starts, p.ends, parts, func(r *kgo.Record) error {
 		return fn(r.Key, r.Value)
 	})
 }

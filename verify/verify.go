@@ -48,7 +48,7 @@ type Report struct {
 	// topic offsets read up to (partition -> next offset).
 	SourceView string          `json:"source_view"`
 	TargetEnd  map[int32]int64 `json:"target_end,omitempty"`
-	// Samples of each kind of difference.
+	// Samples of each kind of difference: the smallest ids, sorted.
 	MissingSample    []string `json:"missing_sample"`
 	ExtraSample      []string `json:"extra_sample"`
 	MismatchedSample []string `json:"mismatched_sample"`
@@ -104,8 +104,6 @@ func (o Options) Compare(ctx context.Context, source connector.LiveScanner, targ
 	}
 	r.SourceView = schemas.FormatTime(cs.View)
 	r.Buckets = cs.Bucketed
-	// Samples are the first ids met, in an order that depends on how the
-	// comparison went; sorted, they read the same either way.
 	sort.Strings(r.MissingSample)
 	sort.Strings(r.ExtraSample)
 	sort.Strings(r.MismatchedSample)
@@ -113,9 +111,21 @@ func (o Options) Compare(ctx context.Context, source connector.LiveScanner, targ
 	return r, nil
 }
 
+// sample keeps the MaxSamples smallest ids (by string order), so that the
+// samples do not depend on the order the comparison met the differences
+// in (in memory or by buckets).
 func sample(s []string, id string) []string {
 	if len(s) < MaxSamples {
-		s = append(s, id)
+		return append(s, id)
+	}
+	at := 0
+	for i := range s {
+		if s[i] > s[at] {
+			at = i
+		}
+	}
+	if id < s[at] {
+		s[at] = id
 	}
 	return s
 }

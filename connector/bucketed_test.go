@@ -1,0 +1,353 @@
+package connector
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestBucketStable: the bucket of a key is the same in every process (it
+// does not depend on a random seed) and spreads keys over all buckets.
+func TestBucketStable(t *testing.T) {
+	for key, want := range map[string]int{"": Bucket(""), "1": Bucket("1")} {
+		if got := Bucket(key); got != want {
+			t.Errorf("Bucket(%q) = %d then %d", key, want, got)
+		}
+	}
+	// Pinned values: a change of the hash would silently change bucket
+	// assignments between builds; make it a visible decision.
+	for key, want := range map[string]int{"1": bucketFromHash("1"), "order-42": bucketFromHash("order-42")} {
+		if got := Bucket(key); got != want {
+			t.Errorf("Bucket(%q) = %d, want %d", key, got, want)
+		}
+	}
+	seen := map[int]int{}
+	for i := range 100 * Buckets {
+		b := Bucket(fmt.Sprint(i))
+		if b < 0 || b >= Buckets {
+			t.Fatalf("bucket %d out of range", b)
+		}
+		seen[b]++
+	}
+	if len(seen) != Buckets {
+		t.Errorf("100 keys per bucket on average reach only %d of %d buckets", len(seen), Buckets)
+	}
+	for b, n := range seen {
+		if n < 40 || n > 180 {
+			t.Errorf("bucket %d holds %d of %d keys: badly spread", b, n, 100*Buckets)
+		}
+	}
+}
+
+// bucketFromHash recomputes Bucket from its definition: FNV-1a 64, the
+// SplitMix64 finaliser, the top 12 bits.
+func bucketFromHash(key string) int {
+	h := uint64(14695981039346656037)
+	for _, c := range []byte(key) {
+		h ^= uint64(c)
+		h *= 1099511628211
+	}
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return int(h >> 52)
+}
+
+// TestBucketDigest: order does not matter; any change of key, value or
+// multiplicity does, including a pair held twice.
+func TestBucketDigest(t *testing.T) {
+	keys := []string{"a", "b", "c", "d"}
+	var fwd, back BucketDigest
+	for i := range keys {
+		fwd.Add(keys[i], uint64(i*7))
+		back.Add(keys[len(keys)-1-i], uint64((len(keys)-1-i)*7))
+	}
+	if fwd != back {
+		t.Errorf("digest depends on order: %+v vs %+v", fwd, back)
+	}
+	var other BucketDigest
+	for i := range keys {
+		other.Add(keys[i], uint64(i*7))
+	}
+	other.Add("a", 0)
+	var twice BucketDigest
+	twice.Add("x", 1)
+	twice.Add("x", 1)
+	var none BucketDigest
+	for name, d := range map[string]BucketDigest{"an extra pair": other, "a pair twice": twice, "empty": none} {
+		if d == fwd {
+			t.Errorf("%s has the same digest", name)
+		}
+	}
+	var swapped BucketDigest // same keys, same values, paired differently
+	swapped.Add("a", 7)
+	swapped.Add("b", 0)
+	swapped.Add("c", 14)
+	swapped.Add("d", 21)
+	if swapped == fwd {
+		t.Error("swapping two keys' values keeps the digest")
+	}
+	var x1, x2 BucketDigest
+	x1.Add("x", 1)
+	x2.Add("x", 2)
+	if x1 == x2 || x1.N != x2.N {
+		t.Errorf("a changed value must change the sum, not the count: %+v %+v", x1, x2)
+	}
+}
+
+// TestKeySetFilterReset: Filter keeps exactly what keep accepts, and the
+// set goes on working (lookups, puts, deletes); Reset empties it.
+func TestKeySetFilterReset(t *testing.T) {
+	ks := NewKeySet(4)
+	for i := range 5000 {
+		if _, err := ks.Put(fmt.Sprint(i), uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ks.Filter(func(k string) bool { return len(k)%2 == 0 })
+	want := 0
+	for i := range 5000 {
+		k := fmt.Sprint(i)
+		d, ok := ks.Lookup(k)
+		if keep := len(k)%2 == 0; ok != keep || (ok && d != uint64(i)) {
+			t.Fatalf("after Filter, key %s: %d %v", k, d, ok)
+		}
+		if len(k)%2 == 0 {
+			want++
+		}
+	}
+	if ks.Len() != want {
+		t.Fatalf("Len %d, want %d", ks.Len(), want)
+	}
+	n := 0
+	_ = ks.Each(func(string, uint64) error { n++; return nil })
+	if n != want {
+		t.Fatalf("Each saw %d keys, want %d", n, want)
+	}
+	for i := range 100 {
+		ks.Delete(fmt.Sprint(10 + i))
+		if _, err := ks.Put(fmt.Sprint("new", i), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want += 100 - 90 // 100 new keys; of 10..109, the 90 two-digit ones were there
+	if _, ok := ks.Lookup("new7"); !ok || ks.Len() != want {
+		t.Fatalf("after deletes and puts: len %d, want %d", ks.Len(), want)
+	}
+	ks.Reset()
+	if _, ok := ks.Lookup("new7"); ok || ks.Len() != 0 {
+		t.Fatal("Reset left keys")
+	}
+	if _, err := ks.Put("again", 3); err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := ks.Lookup("again"); !ok || d != 3 || ks.Len() != 1 {
+		t.Fatal("put after Reset")
+	}
+}
+
+// memTopic is a partitioned target with a record history per partition.
+type memTopic struct {
+	parts map[int32][][2][]byte // key, value (nil = tombstone)
+	reads int
+}
+
+func (m *memTopic) Live(ctx context.Context) (*KeySet, TopicStats, error) {
+	ks := NewKeySet(16)
+	st := TopicStats{End: m.End()}
+	err := m.Read(ctx, nil, func(k, v []byte) error {
+		st.Records++
+		if v == nil {
+			st.Tombstones++
+			ks.Delete(string(k))
+			return nil
+		}
+		same, err := ks.Put(string(k), digest(false, v))
+		if same {
+			st.Duplicates++
+		}
+		return err
+	})
+	return ks, st, err
+}
+
+func (m *memTopic) Pin(context.Context) (PinnedTopic, error) { return m, nil }
+
+func (m *memTopic) Parts() []Part {
+	var out []Part
+	for _, p := range slices.Sorted(maps.Keys(m.parts)) {
+		out = append(out, Part{ID: p, Records: int64(len(m.parts[p]))})
+	}
+	return out
+}
+
+func (m *memTopic) Read(_ context.Context, parts []int32, fn func(k, v []byte) error) error {
+	if parts == nil {
+		parts = slices.Sorted(maps.Keys(m.parts))
+	}
+	for _, p := range parts {
+		m.reads++
+		for _, r := range m.parts[p] {
+			if err := fn(r[0], r[1]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (m *memTopic) End() map[int32]int64 {
+	out := map[int32]int64{}
+	for p, rs := range m.parts {
+		out[p] = int64(len(rs))
+	}
+	return out
+}
+
+func (m *memTopic) Close(context.Context) error { return nil }
+
+// memSource is a source of live rows that can hold a view.
+type memSource struct {
+	rows  map[string]string
+	scans int
+}
+
+var view0 = time.Date(2025, 1, 2, 3, 4, 5, 6000, time.UTC)
+
+func (s *memSource) ScanLive(ctx context.Context, fn func(*Row) error) (time.Time, error) {
+	return view0, s.scan(ctx, fn)
+}
+
+func (s *memSource) scan(_ context.Context, fn func(*Row) error) error {
+	s.scans++
+	for _, id := range slices.Sorted(maps.Keys(s.rows)) {
+		if err := fn(&Row{ID: id, Value: []byte(s.rows[id])}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *memSource) LiveView(context.Context) (LiveView, error) { return memView{s}, nil }
+
+type memView struct{ s *memSource }
+
+func (v memView) Start() time.Time { return view0 }
+func (v memView) ScanLive(ctx context.Context, fn func(*Row) error) error {
+	return v.s.scan(ctx, fn)
+}
+func (v memView) Close(context.Context) error { return nil }
+
+type diffSets struct{ missing, mismatched, extra []string }
+
+func runCompare(t *testing.T, src *memSource, tp *memTopic, maxKeys int) (diffSets, CompareStats) {
+	t.Helper()
+	var d diffSets
+	cs, err := Compare(context.Background(), src, tp, maxKeys, CompareFuncs{
+		Missing:    func(r *Row) error { d.missing = append(d.missing, r.ID); return nil },
+		Mismatched: func(r *Row) error { d.mismatched = append(d.mismatched, r.ID); return nil },
+		Extra:      func(k string) error { d.extra = append(d.extra, k); return nil },
+	})
+	if err != nil {
+		t.Fatalf("Compare(maxKeys %d): %v", maxKeys, err)
+	}
+	slices.Sort(d.missing)
+	slices.Sort(d.mismatched)
+	slices.Sort(d.extra)
+	return d, cs
+}
+
+// TestCompareBucketedEqualsInMemory: on random topics (histories with
+// updates, tombstones, repeats, 3 partitions) and sources that differ by
+// missing, extra and changed keys, every budget gives the in-memory
+// outcome and counts; the bucketed runs drill into exactly the buckets of
+// the differing keys and keep the KeySet within the budget.
+func TestCompareBucketedEqualsInMemory(t *testing.T) {
+	for seed := range uint64(4) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		src := &memSource{rows: map[string]string{}}
+		tp := &memTopic{parts: map[int32][][2][]byte{}}
+		n := 500 + rng.IntN(3000)
+		put := func(k string, v []byte) {
+			p := int32(keyHash(k) % 3)
+			tp.parts[p] = append(tp.parts[p], [2][]byte{[]byte(k), v})
+		}
+		differ := map[int]bool{}
+		for i := range n {
+			k := fmt.Sprint("k", i)
+			v := fmt.Sprintf(`{"id":%d,"v":%d}`, i, rng.IntN(5))
+			src.rows[k] = v
+			for range rng.IntN(3) { // history: older values, a tombstone
+				if rng.IntN(4) == 0 {
+					put(k, nil)
+				} else {
+					put(k, []byte(v+"old"))
+				}
+			}
+			switch x := rng.IntN(100); {
+			case x < 2 && seed > 0: // missing from the topic
+				differ[Bucket(k)] = true
+			case x < 3 && seed > 0: // tombstoned in the topic
+				put(k, []byte(v))
+				put(k, nil)
+				differ[Bucket(k)] = true
+			case x < 5 && seed > 0: // stale in the topic
+				put(k, []byte(v+"stale"))
+				differ[Bucket(k)] = true
+			default:
+				put(k, []byte(v))
+				if x < 10 {
+					put(k, []byte(v)) // a duplicate publication
+				}
+			}
+		}
+		for i := range rng.IntN(20) * int(min(seed, 1)) { // extra keys
+			k := fmt.Sprint("x", i)
+			put(k, []byte("ghost"))
+			differ[Bucket(k)] = true
+		}
+		want, wcs := runCompare(t, src, tp, 1<<30)
+		if wcs.Bucketed != nil {
+			t.Fatal("a large budget compared by buckets")
+		}
+		if seed == 0 && (len(want.missing)+len(want.mismatched)+len(want.extra) != 0) {
+			t.Fatalf("seed 0 is an exact copy, got %+v", want)
+		}
+		for _, limit := range []int{-1, 3, 50, 400} {
+			tp.reads, src.scans = 0, 0
+			got, cs := runCompare(t, src, tp, limit)
+			name := fmt.Sprintf("seed %d, %d keys, budget %d", seed, n, limit)
+			if !slices.Equal(got.missing, want.missing) || !slices.Equal(got.mismatched, want.mismatched) || !slices.Equal(got.extra, want.extra) {
+				t.Errorf("%s: differences\n got %+v\nwant %+v", name, got, want)
+			}
+			if cs.SourceRows != wcs.SourceRows || cs.TargetKeys != wcs.TargetKeys || cs.Records != wcs.Records ||
+				cs.Tombstones != wcs.Tombstones || cs.Duplicates != wcs.Duplicates || !cs.View.Equal(wcs.View) || !maps.Equal(cs.End, wcs.End) {
+				t.Errorf("%s: stats %+v, in memory %+v", name, cs, wcs)
+			}
+			bs := cs.Bucketed
+			if bs == nil {
+				t.Errorf("%s: not compared by buckets", name)
+				continue
+			}
+			if bs.Differing != len(differ) {
+				t.Errorf("%s: drilled into %d buckets, %d hold differing keys", name, bs.Differing, len(differ))
+			}
+			if limit > 0 && bs.MaxKeys > max(limit+1, 8) {
+				t.Errorf("%s: the KeySet held %d keys", name, bs.MaxKeys)
+			}
+			if bs.TargetReads != tp.reads || bs.SourceScans != src.scans {
+				t.Errorf("%s: reported %d target reads, %d source scans; counted %d, %d", name, bs.TargetReads, bs.SourceScans, tp.reads, src.scans)
+			}
+			if len(differ) == 0 && bs.Rounds != 0 {
+				t.Errorf("%s: %d rounds with nothing to drill into", name, bs.Rounds)
+			}
+			t.Logf("%s: %+v", name, *bs)
+		}
+	}
+}
