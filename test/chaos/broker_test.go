@@ -178,7 +178,7 @@ func TestBrokerFaults(t *testing.T) {
 			return nil, nil, false // then the broker answers normally
 		})
 		brokerScenario(t, w, nil, func(ctx context.Context, settle func()) int {
-			n := int64(min(faultCount(), 3))
+			n := int64(slowFaults())
 			want.Store(n)
 			waitUntil(ctx, 30*time.Second, func() bool { return delayed.Load() >= n })
 			return int(delayed.Load())
@@ -191,7 +191,7 @@ func TestBrokerFaults(t *testing.T) {
 		w := newWorld(t, nil, kfake.DataDir(dir), kfake.Ports(port))
 		brokerScenario(t, w, nil, func(ctx context.Context, settle func()) int {
 			restarts := 0
-			for range min(faultCount(), 3) {
+			for range slowFaults() {
 				settle()
 				if ctx.Err() != nil {
 					return restarts
@@ -312,4 +312,13 @@ func (c *lossyConn) Write(p []byte) (int, error) {
 		}
 	}
 	return c.Conn.Write(p)
+}
+
+// slowFaults is the count of faults that take a second or more each
+// (delayed EndTxn, broker restarts).
+func slowFaults() int {
+	if soak() {
+		return 10
+	}
+	return 3
 }
