@@ -8,6 +8,7 @@ import (
 	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/fold"
 	"github.com/tidemark/tidemark/schemas"
+	"github.com/tidemark/tidemark/test/rig"
 )
 
 // lateWriter plays a long transaction that commits late with an old
@@ -22,11 +23,11 @@ import (
 //
 // It returns the folded topic after step 5, T_L and the watermark committed
 // by step 3.
-func lateWriter(t *testing.T, margin, ahead time.Duration, horizon bool) (r *rig, st *fold.State, tl time.Time, w string) {
+func lateWriter(t *testing.T, margin, ahead time.Duration, horizon bool) (r *rig.Rig, st *fold.State, tl time.Time, w string) {
 	t.Helper()
-	r = newRig(t, itemsDDL, "items")
+	r = newRig(t, rig.ItemsDDL, "items")
 	ctx := context.Background()
-	tx, err := r.db.Pool.Begin(ctx)
+	tx, err := r.DB.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,28 +36,28 @@ func lateWriter(t *testing.T, margin, ahead time.Duration, horizon bool) (r *rig
 		t.Fatal(err)
 	}
 	for id := 1; id <= 3; id++ {
-		r.insertAt(id, tl.Add(ahead+time.Duration(id)*time.Microsecond), "on time")
+		r.InsertAt(id, tl.Add(ahead+time.Duration(id)*time.Microsecond), "on time")
 	}
 	cfg := connector.Config{PageSize: 2, Margin: margin, Horizon: horizon}
-	r.once(r.src, cfg)
-	if st := r.fold(); len(st.Live) != 3 {
+	r.Once(r.Src, cfg)
+	if st := r.Fold(); len(st.Live) != 3 {
 		t.Fatalf("first pass: %d live keys, want the 3 committed rows", len(st.Live))
 	}
-	w = r.checkpoint().Watermark
+	w = r.Checkpoint().Watermark
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("T_L %s, watermark after the first pass %s, margin %s, horizon %v", tl.UTC().Format(time.RFC3339Nano), w, margin, horizon)
-	r.once(r.src, cfg)
-	return r, r.fold(), tl, w
+	r.Once(r.Src, cfg)
+	return r, r.Fold(), tl, w
 }
 
 // TestLateWriterWithinMargin: the late commit's updated_at is within the
 // margin below W, so the next pass reads it, without horizon mode.
 func TestLateWriterWithinMargin(t *testing.T) {
 	r, st, _, _ := lateWriter(t, 10*time.Second, 2*time.Second, false)
-	diffState(t, st, r.expected())
-	assertNoDupes(t, st)
+	rig.AssertState(t, st, r.Expected())
+	rig.AssertNoDupes(t, st)
 	if _, ok := st.Live["1000"]; !ok {
 		t.Error("the late row within the margin was not caught by the next pass")
 	}
@@ -75,7 +76,7 @@ func TestLateWriterBeyondMargin(t *testing.T) {
 		if w != schemas.FormatTime(tl.Add(ahead+3*time.Microsecond)) {
 			t.Errorf("first pass: watermark %s, want the newest row's updated_at T_L + %s", w, ahead)
 		}
-		want := r.expected()
+		want := r.Expected()
 		if _, ok := want["1000"]; !ok {
 			t.Fatal("the late row is not in the table")
 		}
@@ -84,8 +85,8 @@ func TestLateWriterBeyondMargin(t *testing.T) {
 		}
 		// Everything else is there: the miss is exactly the late row.
 		delete(want, "1000")
-		diffState(t, st, want)
-		assertNoDupes(t, st)
+		rig.AssertState(t, st, want)
+		rig.AssertNoDupes(t, st)
 	})
 
 	t.Run("with_horizon_caught", func(t *testing.T) {
@@ -93,8 +94,8 @@ func TestLateWriterBeyondMargin(t *testing.T) {
 		if w != schemas.FormatTime(tl) {
 			t.Errorf("first pass: watermark %s, want it capped at the open writer's start %s", w, schemas.FormatTime(tl))
 		}
-		diffState(t, st, r.expected())
-		assertNoDupes(t, st)
+		rig.AssertState(t, st, r.Expected())
+		rig.AssertNoDupes(t, st)
 		if _, ok := st.Live["1000"]; !ok {
 			t.Error("horizon mode: the late row was missed")
 		}
@@ -106,7 +107,7 @@ func TestLateWriterBeyondMargin(t *testing.T) {
 // below W exactly as an explicit 10s does (TestLateWriterWithinMargin).
 func TestDefaultMarginIsTenSeconds(t *testing.T) {
 	r, st, _, _ := lateWriter(t, 0, 2*time.Second, false)
-	diffState(t, st, r.expected())
+	rig.AssertState(t, st, r.Expected())
 	if _, ok := st.Live["1000"]; !ok {
 		t.Error("with Margin unset (documented default 10s) the late row 2s below W was missed: the zero value means no margin at all")
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/fold"
 	"github.com/tidemark/tidemark/schemas"
+	"github.com/tidemark/tidemark/test/rig"
 )
 
 // typedDDL has a uuid id and one column of each type with an encoding of
@@ -40,9 +41,9 @@ const (
 	uuidGone  = "00000000-0000-0000-0000-000000000003"
 )
 
-func seedTyped(r *rig) {
-	r.t.Helper()
-	r.exec(`INSERT INTO typed VALUES (
+func seedTyped(r *rig.Rig) {
+	r.T.Helper()
+	r.Exec(`INSERT INTO typed VALUES (
 		'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11', '2024-05-01 12:00:00.123456+00', NULL,
 		12345678901234567890.123450,
 		'{"b": [1, 2.5, "x"], "a": {"nested": true}, "s": "q\"uote"}',
@@ -51,8 +52,8 @@ func seedTyped(r *rig) {
 		'2024-05-01 14:00:00.000001+02',
 		'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11',
 		-7, 0.1, true)`)
-	r.exec(`INSERT INTO typed (id, updated_at) VALUES ($1, '2024-05-01 12:00:00.123457+00')`, uuidNulls)
-	r.exec(`INSERT INTO typed (id, updated_at, n) VALUES ($1, '2024-05-01 12:00:00.123458+00', 1)`, uuidGone)
+	r.Exec(`INSERT INTO typed (id, updated_at) VALUES ($1, '2024-05-01 12:00:00.123457+00')`, uuidNulls)
+	r.Exec(`INSERT INTO typed (id, updated_at, n) VALUES ($1, '2024-05-01 12:00:00.123458+00', 1)`, uuidGone)
 }
 
 // TestValueEncodingRoundTrip: a row with numeric, jsonb, bytea, text[],
@@ -62,9 +63,9 @@ func seedTyped(r *rig) {
 func TestValueEncodingRoundTrip(t *testing.T) {
 	r := newRig(t, typedDDL, "typed")
 	seedTyped(r)
-	r.once(r.src, connector.Config{PageSize: 2})
-	st := r.assertTable() // byte-for-byte equal to the source's encoding
-	assertNoDupes(t, st)
+	r.Once(r.Src, connector.Config{PageSize: 2})
+	st := r.AssertTable() // byte-for-byte equal to the source's encoding
+	rig.AssertNoDupes(t, st)
 
 	got := st.Live[uuidFull]
 	const want = `{"id":"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11","updated_at":"2024-05-01T12:00:00.123456Z","deleted_at":null,` +
@@ -139,16 +140,16 @@ func TestRecordsMatchSchemas(t *testing.T) {
 	r := newRig(t, typedDDL, "typed")
 	seedTyped(r)
 	cfg := connector.Config{PageSize: 1, TxnMaxRecords: 2, Margin: time.Hour}
-	r.once(r.src, cfg)
-	r.exec(`UPDATE typed SET deleted_at = '2024-05-01 13:00:00+00', updated_at = '2024-05-01 13:00:00+00' WHERE id = $1`, uuidGone)
-	r.exec(`UPDATE typed SET n = 'NaN', tags = '{}', updated_at = '2024-05-01 13:00:01+00' WHERE id = $1`, uuidNulls)
-	r.once(r.src, cfg)
-	st := r.assertTable()
-	assertTombstoned(t, st, uuidGone)
+	r.Once(r.Src, cfg)
+	r.Exec(`UPDATE typed SET deleted_at = '2024-05-01 13:00:00+00', updated_at = '2024-05-01 13:00:00+00' WHERE id = $1`, uuidGone)
+	r.Exec(`UPDATE typed SET n = 'NaN', tags = '{}', updated_at = '2024-05-01 13:00:01+00' WHERE id = $1`, uuidNulls)
+	r.Once(r.Src, cfg)
+	st := r.AssertTable()
+	rig.AssertTombstoned(t, st, uuidGone)
 
 	ctx := context.Background()
 	var upserts, deletes int
-	err := fold.Scan(ctx, r.opts, r.topic, func(rec *kgo.Record) error {
+	err := fold.Scan(ctx, r.Opts, r.Topic, func(rec *kgo.Record) error {
 		h := map[string]string{}
 		for _, x := range rec.Headers {
 			h[x.Key] = string(x.Value)
@@ -157,8 +158,8 @@ func TestRecordsMatchSchemas(t *testing.T) {
 		if err := schemas.Validate(schemas.KindHeaders, doc); err != nil {
 			t.Errorf("key %s offset %d: headers %s: %v", rec.Key, rec.Offset, doc, err)
 		}
-		if h[schemas.HeaderConnector] != r.name {
-			t.Errorf("key %s: connector header %q, want %q", rec.Key, h[schemas.HeaderConnector], r.name)
+		if h[schemas.HeaderConnector] != r.Name {
+			t.Errorf("key %s: connector header %q, want %q", rec.Key, h[schemas.HeaderConnector], r.Name)
 		}
 		switch {
 		case rec.Value == nil:
@@ -185,7 +186,7 @@ func TestRecordsMatchSchemas(t *testing.T) {
 	}
 
 	var checkpoints int
-	err = fold.Scan(ctx, r.opts, r.offsets, func(rec *kgo.Record) error {
+	err = fold.Scan(ctx, r.Opts, r.Offsets, func(rec *kgo.Record) error {
 		checkpoints++
 		if err := schemas.Validate(schemas.KindCheckpoint, rec.Value); err != nil {
 			t.Errorf("checkpoint at offset %d: %s: %v", rec.Offset, rec.Value, err)
@@ -195,7 +196,7 @@ func TestRecordsMatchSchemas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hist, err := r.store().History(ctx); err != nil || len(hist) != checkpoints || checkpoints < 3 {
+	if hist, err := r.Store().History(ctx); err != nil || len(hist) != checkpoints || checkpoints < 3 {
 		t.Errorf("offsets topic: %d checkpoint records, store history %d (%v); want the same, at least 3", checkpoints, len(hist), err)
 	}
 }

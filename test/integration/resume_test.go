@@ -12,6 +12,7 @@ import (
 	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/producer"
 	"github.com/tidemark/tidemark/schemas"
+	"github.com/tidemark/tidemark/test/rig"
 )
 
 // TestStopAndResume cancels the run from inside the source after page k,
@@ -29,21 +30,21 @@ func TestStopAndResume(t *testing.T) {
 		{"open_transaction_at_stop", 0, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, itemsDDL, "items")
+			r := newRig(t, rig.ItemsDDL, "items")
 			for i := 1; i <= 20; i++ {
-				r.insertAt(i, t0.Add(time.Duration(i)*time.Microsecond), fmt.Sprintf("v%d", i))
+				r.InsertAt(i, rig.T0.Add(time.Duration(i)*time.Microsecond), fmt.Sprintf("v%d", i))
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			pagesServed := 0
-			src := &hooked{Source: r.src, after: func(n int, _ connector.Page) {
+			src := &hooked{Source: r.Src, after: func(n int, _ connector.Page) {
 				pagesServed = n
 				if n == tc.k {
 					cancel()
 				}
 			}}
 			cfg := connector.Config{PageSize: 3, TxnMaxRecords: tc.txRecords}
-			c, err := r.engine(src, cfg).Run(ctx, connector.Once)
+			c, err := r.Engine(src, cfg).Run(ctx, connector.Once)
 			if err != nil {
 				t.Fatalf("stopped run: %v", err)
 			}
@@ -52,17 +53,17 @@ func TestStopAndResume(t *testing.T) {
 			}
 			// The stop kept exactly the pages read: 3*k rows, committed, and
 			// the checkpoint resumes the open pass after them.
-			st := r.fold()
+			st := r.Fold()
 			if len(st.Live) != 3*tc.k || c.Published != int64(3*tc.k) {
 				t.Errorf("after the stop: %d live keys, %d published; want %d", len(st.Live), c.Published, 3*tc.k)
 			}
-			cp := r.checkpoint()
+			cp := r.Checkpoint()
 			if cp.Phase != schemas.PhasePass || cp.Cursor == "" {
 				t.Errorf("checkpoint after the stop: phase %q cursor %q; want an open pass with a cursor", cp.Phase, cp.Cursor)
 			}
-			c2 := r.once(r.src, cfg)
-			st = r.assertTable()
-			assertNoDupes(t, st)
+			c2 := r.Once(r.Src, cfg)
+			st = r.AssertTable()
+			rig.AssertNoDupes(t, st)
 			if c2.Published != int64(20-3*tc.k) {
 				t.Errorf("resumed run published %d, want %d", c2.Published, 20-3*tc.k)
 			}
@@ -79,17 +80,17 @@ func TestStopAndResume(t *testing.T) {
 // checkpoint is the one before it. A later run completes the table without
 // duplicates.
 func TestAbortedTransactionLeavesNothing(t *testing.T) {
-	r := newRig(t, itemsDDL, "items")
-	r.seed(10, time.Second)
+	r := newRig(t, rig.ItemsDDL, "items")
+	r.Seed(1, 10, time.Second)
 	var prior *schemas.Checkpoint
-	src := &hooked{Source: r.src}
+	src := &hooked{Source: r.Src}
 	src.before = func(ctx context.Context, n int) error {
 		if n != 4 {
 			return nil
 		}
 		// Pages 1-2 (ids 1..4) are committed; page 3 (ids 5, 6) is in the
 		// open transaction.
-		cp, err := r.store().Load(ctx)
+		cp, err := r.Store().Load(ctx)
 		if err != nil {
 			return err
 		}
@@ -97,25 +98,25 @@ func TestAbortedTransactionLeavesNothing(t *testing.T) {
 		return fmt.Errorf("injected: the table's permissions changed: %w", connector.ErrPermanent)
 	}
 	cfg := connector.Config{PageSize: 2, TxnMaxRecords: 4}
-	_, err := r.engine(src, cfg).Run(context.Background(), connector.Once)
+	_, err := r.Engine(src, cfg).Run(context.Background(), connector.Once)
 	if !errors.Is(err, connector.ErrPermanent) {
 		t.Fatalf("run: want the permanent error, got %v", err)
 	}
 	if prior == nil {
 		t.Fatal("no checkpoint was committed before the failure")
 	}
-	st := r.fold()
+	st := r.Fold()
 	for _, id := range []string{"5", "6"} {
 		if _, ok := st.Publications[id]; ok {
 			t.Errorf("key %s from the aborted transaction is visible read_committed", id)
 		}
 	}
-	want := r.expected()
+	want := r.Expected()
 	for _, id := range []string{"5", "6", "7", "8", "9", "10"} {
 		delete(want, id)
 	}
-	diffState(t, st, want)
-	after := r.checkpoint()
+	rig.AssertState(t, st, want)
+	after := r.Checkpoint()
 	a, _ := schemas.EncodeCheckpoint(prior)
 	b, _ := schemas.EncodeCheckpoint(after)
 	if !bytes.Equal(a, b) {
@@ -125,9 +126,9 @@ func TestAbortedTransactionLeavesNothing(t *testing.T) {
 		t.Errorf("checkpoint: phase %q cursor %q; want the open pass after id 4", after.Phase, after.Cursor)
 	}
 
-	r.once(r.src, cfg)
-	st = r.assertTable()
-	assertNoDupes(t, st)
+	r.Once(r.Src, cfg)
+	st = r.AssertTable()
+	rig.AssertNoDupes(t, st)
 }
 
 // TestSecondInstanceFencesFirst: a second instance with the same connector
@@ -135,18 +136,18 @@ func TestAbortedTransactionLeavesNothing(t *testing.T) {
 // and never writes again; nothing of its open transaction is visible; the
 // second completes the table without duplicates.
 func TestSecondInstanceFencesFirst(t *testing.T) {
-	r := newRig(t, itemsDDL, "items")
-	r.seed(12, time.Second)
+	r := newRig(t, rig.ItemsDDL, "items")
+	r.Seed(1, 12, time.Second)
 	cfg := connector.Config{PageSize: 2, TxnMaxRecords: 4}
 	var once sync.Once
 	var fenceErr error
-	src := &hooked{Source: r.src}
+	src := &hooked{Source: r.Src}
 	src.before = func(ctx context.Context, n int) error {
 		if n == 4 { // pages 1-2 committed, page 3 in the open transaction
 			once.Do(func() {
 				// producer.New initialises the same transactional id: it
 				// fences the first instance and aborts its open transaction.
-				w, err := producer.New(ctx, producer.Config{Name: r.name, Topic: r.topic, OffsetsTopic: r.offsets, Opts: r.opts})
+				w, err := producer.New(ctx, producer.Config{Name: r.Name, Topic: r.Topic, OffsetsTopic: r.Offsets, Opts: r.Opts})
 				if err != nil {
 					fenceErr = err
 					return
@@ -156,14 +157,14 @@ func TestSecondInstanceFencesFirst(t *testing.T) {
 		}
 		return nil
 	}
-	_, err := r.engine(src, cfg).Run(context.Background(), connector.Once)
+	_, err := r.Engine(src, cfg).Run(context.Background(), connector.Once)
 	if fenceErr != nil {
 		t.Fatalf("second instance: %v", fenceErr)
 	}
 	if !errors.Is(err, connector.ErrFenced) {
 		t.Fatalf("first instance: want ErrFenced, got %v", err)
 	}
-	st := r.fold()
+	st := r.Fold()
 	for id := range st.Publications {
 		switch id {
 		case "1", "2", "3", "4":
@@ -171,35 +172,35 @@ func TestSecondInstanceFencesFirst(t *testing.T) {
 			t.Errorf("key %s visible although the fenced instance never committed it", id)
 		}
 	}
-	if cp := r.checkpoint(); cp.Seq != 1 {
+	if cp := r.Checkpoint(); cp.Seq != 1 {
 		t.Errorf("checkpoint seq %d after the fence, want 1 (the fenced instance must not commit again)", cp.Seq)
 	}
-	r.once(r.src, cfg)
-	st = r.assertTable()
-	assertNoDupes(t, st)
+	r.Once(r.Src, cfg)
+	st = r.AssertTable()
+	rig.AssertNoDupes(t, st)
 }
 
 // TestRerunUnchangedTablePublishesNothing: every row is within the margin
 // of the watermark, so a re-run reads them all again; the dedupe set skips
 // them all and the topic's record count does not move.
 func TestRerunUnchangedTablePublishesNothing(t *testing.T) {
-	r := newRig(t, itemsDDL, "items")
+	r := newRig(t, rig.ItemsDDL, "items")
 	for i := 1; i <= 9; i++ {
-		r.insertAt(i, t0.Add(time.Duration(i)*time.Millisecond), fmt.Sprintf("v%d", i))
+		r.InsertAt(i, rig.T0.Add(time.Duration(i)*time.Millisecond), fmt.Sprintf("v%d", i))
 	}
 	cfg := connector.Config{PageSize: 2, Margin: time.Hour}
-	r.once(r.src, cfg)
-	st := r.assertTable()
-	assertNoDupes(t, st)
-	seq := r.checkpoint().Seq
+	r.Once(r.Src, cfg)
+	st := r.AssertTable()
+	rig.AssertNoDupes(t, st)
+	seq := r.Checkpoint().Seq
 	for range 2 {
-		c := r.once(r.src, cfg)
+		c := r.Once(r.Src, cfg)
 		if c.Raw != 9 || c.Deduped != 9 {
 			t.Errorf("re-run read %d rows and deduplicated %d; want all 9 read again and skipped", c.Raw, c.Deduped)
 		}
-		assertRerunPublishesNothing(t, r, r.src, cfg, nil, st.Records)
+		assertRerunPublishesNothing(t, r, r.Src, cfg, nil, st.Records)
 	}
-	if got := r.checkpoint().Seq; got != seq {
+	if got := r.Checkpoint().Seq; got != seq {
 		t.Errorf("re-runs committed %d transactions over an unchanged table", got-seq)
 	}
 }

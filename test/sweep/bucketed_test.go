@@ -21,6 +21,7 @@ import (
 
 	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/connector/postgres"
+	"github.com/tidemark/tidemark/test/rig"
 	"github.com/tidemark/tidemark/verify"
 )
 
@@ -36,14 +37,14 @@ var budgets = []struct {
 // keys tombstoned behind tidemark's back (missing), values changed without
 // updated_at and stale values produced into the topic (mismatched), and a
 // ghost key (extra). It returns the ids of each kind.
-func differences(r *rig) (extra, missing, mismatched []string) {
-	r.t.Helper()
-	r.seed(1, 120, time.Hour)
-	r.once(connector.Config{Margin: time.Second, PageSize: 25})
-	r.seed(121, 124, time.Hour) // never synced
-	r.exec(`DELETE FROM items WHERE id IN (5, 17, 60, 99)`)
-	r.exec(`UPDATE items SET v = 'changed' WHERE id IN (8, 42)`) // updated_at kept
-	r.produceRaw(
+func differences(r *rig.Rig) (extra, missing, mismatched []string) {
+	r.T.Helper()
+	r.Seed(1, 120, time.Hour)
+	r.Once(r.Src, connector.Config{Margin: time.Second, PageSize: 25})
+	r.Seed(121, 124, time.Hour) // never synced
+	r.Exec(`DELETE FROM items WHERE id IN (5, 17, 60, 99)`)
+	r.Exec(`UPDATE items SET v = 'changed' WHERE id IN (8, 42)`) // updated_at kept
+	produceRaw(r,
 		[2]*string{ptr("30"), nil},
 		[2]*string{ptr("31"), ptr(`{"id":31,"v":"stale"}`)},
 		[2]*string{ptr("ghost"), ptr(`{"v":"ghost"}`)},
@@ -75,17 +76,17 @@ func TestBucketedSameAsInMemory(t *testing.T) {
 			r := newRig(t)
 			extra, missing, mismatched = differences(r)
 			o := &outcome{}
-			o.before = r.verifyWith(b.keys)
+			o.before = verifyWith(r, b.keys)
 			t.Logf("\n%s", o.before.Text())
-			o.sweep = r.sweep(connector.Config{Margin: time.Second, SweepMaxKeys: b.keys, TxnMaxRecords: 3})
-			st := r.assertTable()
-			o.tombstoned = tombstoned(st)
+			o.sweep = r.Sweep(connector.Config{Margin: time.Second, SweepMaxKeys: b.keys, TxnMaxRecords: 3})
+			st := r.AssertTable()
+			o.tombstoned = rig.Tombstoned(st)
 			o.live = map[string]string{}
 			for k, e := range st.Live {
 				o.live[k] = string(e.Value)
 			}
-			o.after = r.verifyWith(b.keys)
-			o.again = r.sweep(connector.Config{Margin: time.Second, SweepMaxKeys: b.keys})
+			o.after = verifyWith(r, b.keys)
+			o.again = r.Sweep(connector.Config{Margin: time.Second, SweepMaxKeys: b.keys})
 			got[b.name] = o
 
 			if o.before.OK() || o.before.Missing != 5 || o.before.Extra != 5 || o.before.Mismatched != 3 ||
@@ -173,11 +174,11 @@ func reportDiff(a, b *verify.Report) string {
 }
 
 // verifyWith runs verify with a memory budget.
-func (r *rig) verifyWith(keys int) *verify.Report {
-	r.t.Helper()
-	rep, err := verify.Options{MaxKeysInMemory: keys}.Compare(context.Background(), r.src, r.topicView(), "topic "+r.topic)
+func verifyWith(r *rig.Rig, keys int) *verify.Report {
+	r.T.Helper()
+	rep, err := verify.Options{MaxKeysInMemory: keys}.Compare(context.Background(), r.Src, r.TopicView(), "topic "+r.Topic)
 	if err != nil {
-		r.t.Fatalf("verify: %v", err)
+		r.T.Fatalf("verify: %v", err)
 	}
 	return rep
 }
@@ -186,15 +187,15 @@ func (r *rig) verifyWith(keys int) *verify.Report {
 // same differences as in memory.
 func TestBucketedReplica(t *testing.T) {
 	r := newRig(t)
-	r.seed(1, 50, time.Millisecond)
-	r.exec(`CREATE TABLE items_replica (LIKE items INCLUDING ALL); INSERT INTO items_replica SELECT * FROM items`)
-	r.exec(`UPDATE items_replica SET v = 'drift' WHERE id = 6; DELETE FROM items_replica WHERE id = 2; INSERT INTO items_replica (id, v) VALUES (77, 'x')`)
-	rcfg := r.pgcfg
+	r.Seed(1, 50, time.Millisecond)
+	r.Exec(`CREATE TABLE items_replica (LIKE items INCLUDING ALL); INSERT INTO items_replica SELECT * FROM items`)
+	r.Exec(`UPDATE items_replica SET v = 'drift' WHERE id = 6; DELETE FROM items_replica WHERE id = 2; INSERT INTO items_replica (id, v) VALUES (77, 'x')`)
+	rcfg := r.PG
 	rcfg.Table, rcfg.DeletedAtColumn = "items_replica", ""
-	replica := verify.Scanned{LiveScanner: r.open(rcfg)}
+	replica := verify.Scanned{LiveScanner: r.Open(rcfg)}
 	var reps []*verify.Report
 	for _, keys := range []int{0, -1, 3} {
-		rep, err := verify.Options{MaxKeysInMemory: keys}.Compare(context.Background(), r.src, replica, "table items_replica")
+		rep, err := verify.Options{MaxKeysInMemory: keys}.Compare(context.Background(), r.Src, replica, "table items_replica")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -219,32 +220,32 @@ func TestBucketedReplica(t *testing.T) {
 // marked in the checkpoint; the next run finishes it and the topic is exact.
 func TestBucketedCrashResumes(t *testing.T) {
 	r := newRig(t)
-	r.seed(1, 60, time.Millisecond)
-	r.once(connector.Config{})
-	r.exec(`DELETE FROM items WHERE id % 5 = 0`) // 12 hard deletes
+	r.Seed(1, 60, time.Millisecond)
+	r.Once(r.Src, connector.Config{})
+	r.Exec(`DELETE FROM items WHERE id % 5 = 0`) // 12 hard deletes
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stop := &stopAfter{Source: r.src, cancel: cancel}
-	e := r.engine(stop, connector.Config{SweepMaxKeys: 4, TxnMaxRecords: 2, MaxAttempts: 1})
-	if _, err := e.SweepOnce(ctx, r.topicView()); err == nil {
+	stop := &stopAfter{Source: r.Src, cancel: cancel}
+	e := r.Engine(stop, connector.Config{SweepMaxKeys: 4, TxnMaxRecords: 2, MaxAttempts: 1})
+	if _, err := e.SweepOnce(ctx, r.TopicView()); err == nil {
 		t.Fatal("the sweep survived its crash")
 	}
-	cp := r.checkpoint()
+	cp := r.Checkpoint()
 	if cp.Sweep == nil || cp.Sweep.Tombstoned == 0 || cp.Sweep.Tombstoned >= 12 {
 		t.Fatalf("after the crash: sweep progress %+v; want part of the 12 tombstones committed", cp.Sweep)
 	}
 	t.Logf("crashed after committing %d tombstones", cp.Sweep.Tombstoned)
 	// The next run (a pass, then the unfinished sweep) completes it.
-	r.once(connector.Config{SweepMaxKeys: 4})
-	cp = r.checkpoint()
+	r.Once(r.Src, connector.Config{SweepMaxKeys: 4})
+	cp = r.Checkpoint()
 	if cp.Sweep != nil || cp.LastSweep == nil {
 		t.Fatalf("after the rerun: sweep %+v, last %+v", cp.Sweep, cp.LastSweep)
 	}
-	st := r.assertTable()
-	if got := tombstoned(st); len(got) != 12 {
+	st := r.AssertTable()
+	if got := rig.Tombstoned(st); len(got) != 12 {
 		t.Errorf("tombstoned keys %v, want the 12 deleted", got)
 	}
-	if rep := r.verifyWith(-1); !rep.OK() {
+	if rep := verifyWith(r, -1); !rep.OK() {
 		t.Errorf("verify:\n%s", rep.Text())
 	}
 }
@@ -297,17 +298,17 @@ func TestBucketedMemory(t *testing.T) {
 	}
 	const rows, budget = 200_000, 20_000
 	r := newRig(t)
-	r.exec(`INSERT INTO items (id, updated_at, v)
-		SELECT g, $1::timestamptz + g * interval '1 millisecond', 'value of row ' || g FROM generate_series(1, $2) g`, t0, rows)
-	r.exec(`ANALYZE items`)
-	r.once(connector.Config{PageSize: 5000, TxnMaxRecords: 50000, Margin: time.Second})
-	r.exec(`DELETE FROM items WHERE id % 1000 = 0`) // 200 hard deletes
+	r.Exec(`INSERT INTO items (id, updated_at, v)
+		SELECT g, $1::timestamptz + g * interval '1 millisecond', 'value of row ' || g FROM generate_series(1, $2) g`, rig.T0, rows)
+	r.Exec(`ANALYZE items`)
+	r.Once(r.Src, connector.Config{PageSize: 5000, TxnMaxRecords: 50000, Margin: time.Second})
+	r.Exec(`DELETE FROM items WHERE id % 1000 = 0`) // 200 hard deletes
 
 	child := func(what string, keys int) (peakAlloc, peakLive uint64, out string) {
 		t.Helper()
 		cmd := exec.Command(os.Args[0], "-test.run=^TestBucketedMemoryChild$", "-test.v")
 		cmd.Env = append(os.Environ(), "GOGC=25", "TIDEMARK_MEM_CHILD="+what, fmt.Sprint("TIDEMARK_MEM_KEYS=", keys),
-			"TIDEMARK_MEM_DSN="+r.db.URL, "TIDEMARK_MEM_SCHEMA="+r.db.Schema, "TIDEMARK_MEM_BROKERS="+strings.Join(r.kafka.Brokers, ","))
+			"TIDEMARK_MEM_DSN="+r.DB.URL, "TIDEMARK_MEM_SCHEMA="+r.DB.Schema, "TIDEMARK_MEM_BROKERS="+strings.Join(r.Kafka.Brokers, ","))
 		b, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("child %s %d: %v\n%s", what, keys, err, b)
@@ -358,10 +359,10 @@ func TestBucketedMemoryChild(t *testing.T) {
 		t.Skip("run by TestBucketedMemory")
 	}
 	keys, _ := strconv.Atoi(os.Getenv("TIDEMARK_MEM_KEYS"))
-	r := &rig{t: t, opts: []kgo.Opt{kgo.SeedBrokers(strings.Split(os.Getenv("TIDEMARK_MEM_BROKERS"), ",")...)},
-		name: "sw", topic: "data", offsets: "tidemark-offsets", ledger: "tidemark-ledger"}
-	r.pgcfg = postgres.Config{DSN: os.Getenv("TIDEMARK_MEM_DSN"), Schema: os.Getenv("TIDEMARK_MEM_SCHEMA"), Table: "items", DeletedAtColumn: "deleted_at"}
-	r.src = r.open(r.pgcfg)
+	r := &rig.Rig{T: t, Opts: []kgo.Opt{kgo.SeedBrokers(strings.Split(os.Getenv("TIDEMARK_MEM_BROKERS"), ",")...)},
+		Name: "sw", Topic: "data", Offsets: "tidemark-offsets", Ledger: "tidemark-ledger"}
+	r.PG = postgres.Config{DSN: os.Getenv("TIDEMARK_MEM_DSN"), Schema: os.Getenv("TIDEMARK_MEM_SCHEMA"), Table: "items", DeletedAtColumn: "deleted_at"}
+	r.Src = r.Open(r.PG)
 	runtime.GC()
 	var topAlloc, topLive atomic.Uint64
 	done := make(chan struct{})
@@ -388,10 +389,10 @@ func TestBucketedMemoryChild(t *testing.T) {
 	var result string
 	switch what {
 	case "verify":
-		rep := r.verifyWith(keys)
+		rep := verifyWith(r, keys)
 		result = fmt.Sprintf("extra=%d missing=%d mismatched=%d live_keys=%d buckets=%+v", rep.Extra, rep.Missing, rep.Mismatched, rep.LiveKeys, rep.Buckets)
 	case "sweep":
-		res := r.sweep(connector.Config{SweepMaxKeys: keys, Margin: time.Second})
+		res := r.Sweep(connector.Config{SweepMaxKeys: keys, Margin: time.Second})
 		result = fmt.Sprintf("tombstoned=%d repaired=%d buckets=%+v", res.Tombstoned, res.Repaired, res.Buckets)
 	}
 	close(done)

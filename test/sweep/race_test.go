@@ -16,6 +16,7 @@ import (
 
 	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/connector/postgres"
+	"github.com/tidemark/tidemark/test/rig"
 )
 
 // world is the writers' model of the table: which ids exist, which were
@@ -24,7 +25,7 @@ import (
 // row that was never deleted: the bug the sweep must not have.
 type world struct {
 	t  *testing.T
-	r  *rig
+	r  *rig.Rig
 	mu sync.Mutex
 	// rng is shared by every writer; each draw happens under mu.
 	rng         *rand.Rand
@@ -43,7 +44,7 @@ func (w *world) intn(n int) int {
 func (w *world) count(op string) { w.mu.Lock(); w.ops[op]++; w.mu.Unlock() }
 
 func (w *world) exec(ctx context.Context, sql string, args ...any) (int64, error) {
-	tag, err := w.r.db.Pool.Exec(ctx, sql, args...)
+	tag, err := w.r.DB.Pool.Exec(ctx, sql, args...)
 	return tag.RowsAffected(), err
 }
 
@@ -108,7 +109,7 @@ func (w *world) hardDelete(ctx context.Context) error {
 	w.everDeleted[strconv.Itoa(id)] = true
 	w.mu.Unlock()
 	var got int
-	err := w.r.db.Pool.QueryRow(ctx, `DELETE FROM items WHERE id = $1 RETURNING id`, id).Scan(&got)
+	err := w.r.DB.Pool.QueryRow(ctx, `DELETE FROM items WHERE id = $1 RETURNING id`, id).Scan(&got)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
 	}
@@ -218,7 +219,7 @@ func TestSweepRacingWriters(t *testing.T) {
 		}
 	}
 	cfg := connector.Config{PageSize: 50, TxnMaxRecords: 80, PollInterval: time.Millisecond, SweepInterval: time.Nanosecond}
-	r.once(connector.Config{PageSize: 50, TxnMaxRecords: 80})
+	r.Once(r.Src, connector.Config{PageSize: 50, TxnMaxRecords: 80})
 
 	var swept connector.SweepResult
 	for it := range iters {
@@ -253,8 +254,8 @@ func TestSweepRacingWriters(t *testing.T) {
 			}
 		}()
 		rctx, cancel := context.WithCancel(ctx)
-		src := &racy{Source: r.src, w: w, sweeps: 2 + w.intn(3), cancel: cancel}
-		e := r.engine(src, cfg)
+		src := &racy{Source: r.Src, w: w, sweeps: 2 + w.intn(3), cancel: cancel}
+		e := r.Engine(src, cfg)
 		if _, err := e.Run(rctx, connector.Continuous); err != nil {
 			t.Fatalf("iteration %d: run: %v", it, err)
 		}
@@ -267,14 +268,14 @@ func TestSweepRacingWriters(t *testing.T) {
 
 		// A pass, as `tidemark run --once`, with no sweep due: it must leave
 		// the topic equal to the table on its own.
-		r.once(connector.Config{PageSize: 50, TxnMaxRecords: 80})
-		st := r.fold()
-		if d := diffState(st, r.expected()); len(d) > 0 {
+		r.Once(r.Src, connector.Config{PageSize: 50, TxnMaxRecords: 80})
+		st := r.Fold()
+		if d := rig.Diff(st, r.Expected()); len(d) > 0 {
 			t.Fatalf("iteration %d (seed %d): the folded topic differs from the table after a pass:\n  %s", it, seed, join(d))
 		}
 		w.mu.Lock()
 		var wrong []string
-		for _, k := range tombstoned(st) {
+		for _, k := range rig.Tombstoned(st) {
 			if !w.everDeleted[k] {
 				wrong = append(wrong, k)
 			}
@@ -283,16 +284,16 @@ func TestSweepRacingWriters(t *testing.T) {
 		if len(wrong) > 0 {
 			t.Fatalf("iteration %d (seed %d): tombstones for ids that were never deleted: %v", it, seed, wrong)
 		}
-		if cp := r.checkpoint(); cp.LastSweep != nil {
+		if cp := r.Checkpoint(); cp.LastSweep != nil {
 			swept.Tombstoned, swept.Repaired = cp.LastSweep.Tombstoned, cp.LastSweep.Repaired
 		}
 	}
-	st := r.fold()
+	st := r.Fold()
 	t.Logf("writes %v; topic: %d records, %d tombstones, %d live keys", w.ops, st.Records, st.Tombstones, len(st.Live))
 	if w.ops["hard-delete"] == 0 || w.ops["reinsert"] == 0 || st.Tombstones == 0 {
 		t.Errorf("the workload did not exercise deletes and re-inserts: %v", w.ops)
 	}
-	if rep := r.verify(); !rep.OK() {
+	if rep := r.Verify(); !rep.OK() {
 		t.Errorf("verify at the end:\n%s", rep.Text())
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tidemark/tidemark/test/rig"
 )
 
 // TestSoakSweepMemory1M (TIDEMARK_SOAK=1, `make soak`): one million rows are
@@ -38,9 +40,9 @@ func TestSoakSweepMemory1M(t *testing.T) {
 		t.Fatalf("build tidemark: %v\n%s", err, out)
 	}
 	r := newRig(t)
-	r.exec(`INSERT INTO items (id, updated_at, v)
-		SELECT g, $1::timestamptz + g * interval '1 millisecond', 'value of row ' || g FROM generate_series(1, $2) g`, t0, rows)
-	r.exec(`ANALYZE items`)
+	r.Exec(`INSERT INTO items (id, updated_at, v)
+		SELECT g, $1::timestamptz + g * interval '1 millisecond', 'value of row ' || g FROM generate_series(1, $2) g`, rig.T0, rows)
+	r.Exec(`ANALYZE items`)
 	cfg := filepath.Join(dir, "tidemark.yaml")
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`name: %s
 source:
@@ -60,7 +62,7 @@ sync:
 log:
   level: warn
   format: text
-`, r.name, r.db.URL, r.db.Schema, strings.Join(r.kafka.Brokers, ", "), r.topic, r.offsets, r.ledger)), 0o600); err != nil {
+`, r.Name, r.DB.URL, r.DB.Schema, strings.Join(r.Kafka.Brokers, ", "), r.Topic, r.Offsets, r.Ledger)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	tidemark := func(want int, args ...string) string {
@@ -93,8 +95,8 @@ log:
 		return o.String()
 	}
 	tidemark(0, "run", "--once")
-	r.exec(`DELETE FROM items WHERE id % 1000 = 0`)
-	r.exec(`UPDATE items SET v = 'changed' WHERE id % 1000 = 1`)
+	r.Exec(`DELETE FROM items WHERE id % 1000 = 0`)
+	r.Exec(`UPDATE items SET v = 'changed' WHERE id % 1000 = 1`)
 	out := tidemark(0, "sweep")
 	t.Log(strings.TrimSpace(out))
 	if !strings.Contains(out, fmt.Sprintf("%d source rows, %d live topic keys, 1000 tombstoned, 1000 repaired", rows-1000, rows)) {

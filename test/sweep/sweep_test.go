@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tidemark/tidemark/connector"
+	"github.com/tidemark/tidemark/test/rig"
 	"github.com/tidemark/tidemark/verify"
 )
 
@@ -17,17 +18,17 @@ import (
 // yet, and verify then matches. A second sweep finds nothing to do.
 func TestSweepTombstonesHardDeletes(t *testing.T) {
 	r := newRig(t)
-	r.seed(1, 20, time.Millisecond)
-	r.once(connector.Config{PageSize: 7})
-	r.seed(21, 25, time.Millisecond) // never read by a pass
-	r.exec(`DELETE FROM items WHERE id IN (3, 7, 11, 22, 24)`)
+	r.Seed(1, 20, time.Millisecond)
+	r.Once(r.Src, connector.Config{PageSize: 7})
+	r.Seed(21, 25, time.Millisecond) // never read by a pass
+	r.Exec(`DELETE FROM items WHERE id IN (3, 7, 11, 22, 24)`)
 
-	res := r.sweep(connector.Config{})
+	res := r.Sweep(connector.Config{})
 	if res.Tombstoned != 3 || res.Repaired != 3 || res.SourceRows != 20 || res.TopicKeys != 20 {
 		t.Errorf("sweep: %s; want 3 tombstoned (3, 7, 11), 3 repaired (21, 23, 25), 20 source rows, 20 topic keys", res)
 	}
-	st := r.assertTable()
-	if got, want := tombstoned(st), []string{"11", "3", "7"}; !slices.Equal(got, want) {
+	st := r.AssertTable()
+	if got, want := rig.Tombstoned(st), []string{"11", "3", "7"}; !slices.Equal(got, want) {
 		t.Errorf("keys with a tombstone: %v, want exactly %v", got, want)
 	}
 	for _, id := range []string{"22", "24"} {
@@ -35,21 +36,21 @@ func TestSweepTombstonesHardDeletes(t *testing.T) {
 			t.Errorf("key %s was never published and is deleted: want no record at all, got %v", id, st.Publications[id])
 		}
 	}
-	if rep := r.verify(); !rep.OK() || rep.SourceRows != 20 || rep.LiveKeys != 20 {
+	if rep := r.Verify(); !rep.OK() || rep.SourceRows != 20 || rep.LiveKeys != 20 {
 		t.Errorf("verify after the sweep:\n%s", rep.Text())
 	}
-	cp := r.checkpoint()
+	cp := r.Checkpoint()
 	if cp.Sweep != nil || cp.LastSweep == nil || cp.LastSweep.Tombstoned != 3 || cp.LastSweep.Repaired != 3 {
 		t.Errorf("checkpoint after the sweep: sweep %+v, last_sweep %+v", cp.Sweep, cp.LastSweep)
 	}
 
 	// Nothing changed: a second sweep publishes nothing.
 	records := st.Records
-	res = r.sweep(connector.Config{})
+	res = r.Sweep(connector.Config{})
 	if res.Tombstoned != 0 || res.Repaired != 0 {
 		t.Errorf("second sweep: %s; want nothing to do", res)
 	}
-	if st2 := r.assertTable(); st2.Records != records {
+	if st2 := r.AssertTable(); st2.Records != records {
 		t.Errorf("second sweep added %d records", st2.Records-records)
 	}
 }
@@ -59,14 +60,14 @@ func TestSweepTombstonesHardDeletes(t *testing.T) {
 // still fail and name both. A sweep repairs both.
 func TestVerifyMissingAndExtraWithEqualCounts(t *testing.T) {
 	r := newRig(t)
-	r.seed(1, 10, time.Millisecond)
-	r.once(connector.Config{})
-	if rep := r.verify(); !rep.OK() {
+	r.Seed(1, 10, time.Millisecond)
+	r.Once(r.Src, connector.Config{})
+	if rep := r.Verify(); !rep.OK() {
 		t.Fatalf("verify after a sync:\n%s", rep.Text())
 	}
-	r.produceRaw([2]*string{ptr("4"), nil}, [2]*string{ptr("999"), ptr(`{"id":999,"v":"ghost"}`)})
+	produceRaw(r, [2]*string{ptr("4"), nil}, [2]*string{ptr("999"), ptr(`{"id":999,"v":"ghost"}`)})
 
-	rep := r.verify()
+	rep := r.Verify()
 	t.Logf("\n%s", rep.Text())
 	if rep.OK() {
 		t.Fatal("verify reports a match for a topic missing key 4 and holding key 999")
@@ -88,12 +89,12 @@ func TestVerifyMissingAndExtraWithEqualCounts(t *testing.T) {
 	// retries: an on-demand SweepOnce right after the raw producer fails now
 	// and then on kfake with OUT_OF_ORDER_SEQUENCE_NUMBER on its first commit
 	// and does not retry (see docs/deletes.md, open points).
-	r.once(connector.Config{SweepInterval: time.Nanosecond})
-	if ls := r.checkpoint().LastSweep; ls == nil || ls.Tombstoned != 1 || ls.Repaired != 1 {
+	r.Once(r.Src, connector.Config{SweepInterval: time.Nanosecond})
+	if ls := r.Checkpoint().LastSweep; ls == nil || ls.Tombstoned != 1 || ls.Repaired != 1 {
 		t.Errorf("sweep: %+v; want 999 tombstoned and 4 repaired", ls)
 	}
-	r.assertTable()
-	if rep := r.verify(); !rep.OK() {
+	r.AssertTable()
+	if rep := r.Verify(); !rep.OK() {
 		t.Errorf("verify after the sweep:\n%s", rep.Text())
 	}
 }
@@ -103,38 +104,38 @@ func TestVerifyMissingAndExtraWithEqualCounts(t *testing.T) {
 // indeed does not repair it); a sweep repairs it.
 func TestValueChangedBehindTheBack(t *testing.T) {
 	r := newRig(t)
-	r.seed(1, 10, time.Hour) // an hour apart: only row 10 lies within the margin
+	r.Seed(1, 10, time.Hour) // an hour apart: only row 10 lies within the margin
 	cfg := connector.Config{Margin: time.Second}
-	r.once(cfg)
-	r.exec(`UPDATE items SET v = 'sneaky' WHERE id = 3`)
+	r.Once(r.Src, cfg)
+	r.Exec(`UPDATE items SET v = 'sneaky' WHERE id = 3`)
 
-	rep := r.verify()
+	rep := r.Verify()
 	t.Logf("\n%s", rep.Text())
 	if rep.OK() || rep.Mismatched != 1 || !slices.Equal(rep.MismatchedSample, []string{"3"}) || rep.Missing != 0 || rep.Extra != 0 {
 		t.Fatalf("verify: want exactly key 3 mismatched, got\n%s", rep.Text())
 	}
-	if c := r.once(cfg); c.Published != 0 {
+	if c := r.Once(r.Src, cfg); c.Published != 0 {
 		t.Errorf("the walk published %d records; it cannot see a change that kept updated_at", c.Published)
 	}
-	if rep := r.verify(); rep.Mismatched != 1 {
+	if rep := r.Verify(); rep.Mismatched != 1 {
 		t.Errorf("after a pass: %d mismatched, want 1 (the walk cannot see it)", rep.Mismatched)
 	}
 
-	res := r.sweep(cfg)
+	res := r.Sweep(cfg)
 	if res.Repaired != 1 || res.Tombstoned != 0 {
 		t.Errorf("sweep: %s; want 1 repaired", res)
 	}
-	st := r.assertTable()
+	st := r.AssertTable()
 	if got := st.Live["3"].Value; !strings.Contains(string(got), `"sneaky"`) {
 		t.Errorf("key 3 after the sweep: %s", got)
 	}
-	if rep := r.verify(); !rep.OK() {
+	if rep := r.Verify(); !rep.OK() {
 		t.Errorf("verify after the sweep:\n%s", rep.Text())
 	}
 	// The repair is in B: the next passes do not publish it again.
-	before := r.fold().Records
-	r.once(cfg)
-	if after := r.fold().Records; after != before {
+	before := r.Fold().Records
+	r.Once(r.Src, cfg)
+	if after := r.Fold().Records; after != before {
 		t.Errorf("a pass after the repair published %d records", after-before)
 	}
 }
@@ -143,14 +144,14 @@ func TestValueChangedBehindTheBack(t *testing.T) {
 // a changed, a deleted and an added row are each named.
 func TestVerifyAgainstReplicaTable(t *testing.T) {
 	r := newRig(t)
-	r.seed(1, 10, time.Millisecond)
-	r.exec(`CREATE TABLE items_replica (LIKE items INCLUDING ALL); INSERT INTO items_replica SELECT * FROM items`)
-	rcfg := r.pgcfg
+	r.Seed(1, 10, time.Millisecond)
+	r.Exec(`CREATE TABLE items_replica (LIKE items INCLUDING ALL); INSERT INTO items_replica SELECT * FROM items`)
+	rcfg := r.PG
 	rcfg.Table, rcfg.DeletedAtColumn = "items_replica", "" // as `verify --replica-table` opens it
-	replica := r.open(rcfg)
+	replica := r.Open(rcfg)
 	cmp := func() *verify.Report {
 		t.Helper()
-		rep, err := verify.Compare(context.Background(), r.src, verify.Scanned{LiveScanner: replica}, "table items_replica")
+		rep, err := verify.Compare(context.Background(), r.Src, verify.Scanned{LiveScanner: replica}, "table items_replica")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,12 +161,12 @@ func TestVerifyAgainstReplicaTable(t *testing.T) {
 	if rep := cmp(); !rep.OK() || rep.SourceRows != 10 || rep.LiveKeys != 10 {
 		t.Fatal("an exact copy does not match")
 	}
-	r.exec(`UPDATE items_replica SET v = 'drift' WHERE id = 6`)
+	r.Exec(`UPDATE items_replica SET v = 'drift' WHERE id = 6`)
 	rep := cmp()
 	if rep.OK() || rep.Mismatched != 1 || !slices.Equal(rep.MismatchedSample, []string{"6"}) {
 		t.Errorf("want key 6 mismatched")
 	}
-	r.exec(`DELETE FROM items_replica WHERE id = 2; INSERT INTO items_replica (id, v) VALUES (77, 'x')`)
+	r.Exec(`DELETE FROM items_replica WHERE id = 2; INSERT INTO items_replica (id, v) VALUES (77, 'x')`)
 	rep = cmp()
 	if rep.Missing != 1 || !slices.Equal(rep.MissingSample, []string{"2"}) || rep.Extra != 1 || !slices.Equal(rep.ExtraSample, []string{"77"}) || rep.Mismatched != 1 {
 		t.Errorf("want 2 missing, 77 extra, 6 mismatched")
