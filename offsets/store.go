@@ -44,13 +44,9 @@ func (s *Store) FailClosed(ledger *Ledger, dataTopic string) *Store {
 // FailClosed it also audits the checkpoint against the ledger and refuses a
 // missing checkpoint that evidence says should exist (a *connector.StopError).
 func (s *Store) Load(ctx context.Context) (*schemas.Checkpoint, error) {
-	cps, err := s.History(ctx)
+	cp, err := s.latest(ctx)
 	if err != nil {
 		return nil, err
-	}
-	var cp *schemas.Checkpoint
-	if len(cps) > 0 {
-		cp = cps[len(cps)-1]
 	}
 	if s.ledger != nil {
 		if err := s.ledger.Audit(ctx, cp); err != nil {
@@ -63,6 +59,45 @@ func (s *Store) Load(ctx context.Context) (*schemas.Checkpoint, error) {
 		}
 	}
 	return cp, nil
+}
+
+// latest returns the connector's newest checkpoint. It reads the tail of the
+// topic first and widens the window only when the connector's key is not in
+// it: until compaction catches up (never, for Kafka's active segment), the
+// topic holds every checkpoint ever committed, and reading them all made each
+// start slower than the one before. Only the newest one is decoded.
+func (s *Store) latest(ctx context.Context) (*schemas.Checkpoint, error) {
+	for _, window := range []int64{64, 4096, -1} {
+		var last *kgo.Record
+		err := fold.ScanTail(ctx, s.opts, s.topic, window, func(r *kgo.Record) error {
+			if string(r.Key) == s.connector {
+				last = r
+			}
+			return nil
+		})
+		if errors.Is(err, fold.ErrNoTopic) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read the checkpoint of %q from %s: %w", s.connector, s.topic, err)
+		}
+		if last == nil {
+			continue
+		}
+		if last.Value == nil {
+			return nil, nil // a tombstone: reset to nothing
+		}
+		cp, err := schemas.DecodeCheckpoint(last.Value)
+		if err != nil {
+			return nil, &connector.StopError{
+				Reason: fmt.Sprintf("the checkpoint at %s/%d offset %d cannot be read", s.topic, last.Partition, last.Offset),
+				Hint:   "check that every writer of this offsets topic runs a compatible tidemark release; `tidemark reset` decides explicitly",
+				Err:    err,
+			}
+		}
+		return cp, nil
+	}
+	return nil, nil
 }
 
 // noRecordsOfOurs fails when the data topic already holds a committed record

@@ -164,7 +164,9 @@ func (p *Postgres) Restart(t testing.TB) {
 		t.Fatal("Restart needs a throwaway cluster (StartPostgres)")
 	}
 	data := filepath.Join(p.dir, "data")
-	if out, err := p.cmd("pg_ctl", "-D", data, "-m", "fast", "-w", "restart").CombinedOutput(); err != nil {
+	// -l: without a log file the new server inherits this command's output
+	// and CombinedOutput would wait until that server stops.
+	if out, err := p.cmd("pg_ctl", "-D", data, "-l", filepath.Join(p.dir, "log"), "-m", "fast", "-w", "restart").CombinedOutput(); err != nil {
 		t.Fatalf("pg_ctl restart: %v: %s", err, out)
 	}
 }
