@@ -1,0 +1,188 @@
+package producer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark/tidemark/connector"
+	"github.com/tidemark/tidemark/fold"
+	"github.com/tidemark/tidemark/producer"
+	"github.com/tidemark/tidemark/test/harness"
+)
+
+// murmur2 is Kafka's Java client hash (org.apache.kafka.common.utils.Utils
+// .murmur2), written out from the specification so the test does not trust
+// the code under test; the default partitioner takes
+// (murmur2(key) & 0x7fffffff) % partitions.
+func murmur2(data []byte) int32 {
+	const (
+		seed uint32 = 0x9747b28c
+		m    uint32 = 0x5bd1e995
+		r           = 24
+	)
+	n := len(data)
+	h := seed ^ uint32(n)
+	for i := 0; i+4 <= n; i += 4 {
+		k := uint32(data[i]) | uint32(data[i+1])<<8 | uint32(data[i+2])<<16 | uint32(data[i+3])<<24
+		k *= m
+		k ^= k >> r
+		k *= m
+		h *= m
+		h ^= k
+	}
+	switch rest := n % 4; rest {
+	case 3:
+		h ^= uint32(data[n-3+2]) << 16
+		fallthrough
+	case 2:
+		h ^= uint32(data[n-rest+1]) << 8
+		fallthrough
+	case 1:
+		h ^= uint32(data[n-rest])
+		h *= m
+	}
+	h ^= h >> 13
+	h *= m
+	h ^= h >> 15
+	return int32(h)
+}
+
+func TestMurmur2KnownValues(t *testing.T) {
+	// Values from Kafka's UtilsTest.testMurmur2.
+	for in, want := range map[string]int32{
+		"21":                         -973932308,
+		"foobar":                     -790332482,
+		"a-little-bit-long-string":   -985981536,
+		"a-little-bit-longer-string": -1486304829,
+		"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+		"abc": 479470107,
+	} {
+		if got := murmur2([]byte(in)); got != want {
+			t.Errorf("murmur2(%q) = %d, want %d", in, got, want)
+		}
+	}
+}
+
+func newWriter(t *testing.T, parts int32) ([]kgo.Opt, *producer.Writer) {
+	t.Helper()
+	k := harness.NewKafka(t)
+	opts := []kgo.Opt{kgo.SeedBrokers(k.Brokers...)}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := producer.EnsureTopics(context.Background(), cl, producer.Topics{Data: "data", Partitions: parts, ReplicationFactor: -1, Offsets: "off"}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := producer.New(context.Background(), producer.Config{Name: "c", Topic: "data", OffsetsTopic: "off", Opts: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	return opts, w
+}
+
+// Every key lands where a Java client would put it.
+func TestPartitioningIsJavaCompatible(t *testing.T) {
+	const parts = 7
+	opts, w := newWriter(t, parts)
+	ctx := context.Background()
+	if err := w.Begin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"", "0", "1", "42", "order-7", "3f0c2a4e-8d1b-4c7e-9a55-0a8f6b2c1d9e", "ünïcödé", strings.Repeat("k", 100)}
+	for i := range 500 {
+		keys = append(keys, fmt.Sprint(i*7919))
+	}
+	for _, k := range keys {
+		if err := w.Publish(ctx, &connector.Row{ID: k, UpdatedAt: time.Unix(0, 0), Value: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Commit(ctx, []byte(`{}`), nil); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	err := fold.Scan(ctx, opts, "data", func(r *kgo.Record) error {
+		n++
+		want := (murmur2(r.Key) & 0x7fffffff) % parts
+		if r.Partition != want {
+			t.Errorf("key %q in partition %d; the Java client's default partitioner says %d", r.Key, r.Partition, want)
+		}
+		return nil
+	})
+	if err != nil || n != len(keys) {
+		t.Fatalf("scan: %v, %d records of %d", err, n, len(keys))
+	}
+}
+
+// An aborted transaction leaves nothing visible to read_committed.
+func TestAbortLeavesNothing(t *testing.T) {
+	opts, w := newWriter(t, 3)
+	ctx := context.Background()
+	if err := w.Begin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		_ = w.Publish(ctx, &connector.Row{ID: fmt.Sprint(i), UpdatedAt: time.Unix(0, 0), Value: []byte(`{}`)})
+	}
+	if err := w.Abort(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := fold.Map(ctx, opts, "data")
+	if err != nil || st.Records != 0 {
+		t.Fatalf("after abort: %v, %d records visible", err, st.Records)
+	}
+}
+
+func TestEnsureTopicsRefusesWhatCannotRebuildState(t *testing.T) {
+	k := harness.NewKafka(t)
+	ctx := context.Background()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, 3, -1, map[string]*string{"cleanup.policy": kadm.StringPtr("delete")}, "plain"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.CreateTopic(ctx, 2, -1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, "off2"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = producer.EnsureTopics(ctx, cl, producer.Topics{Data: "plain", Partitions: 3, ReplicationFactor: -1, Offsets: "off"})
+	if !errors.Is(err, connector.ErrPermanent) || !strings.Contains(err.Error(), "allow_non_compacted") {
+		t.Errorf("non-compacted data topic: %v", err)
+	}
+	if _, err := producer.EnsureTopics(ctx, cl, producer.Topics{Data: "plain", Partitions: 3, ReplicationFactor: -1, AllowNonCompacted: true, Offsets: "off"}); err != nil {
+		t.Errorf("allowed explicitly: %v", err)
+	}
+	_, err = producer.EnsureTopics(ctx, cl, producer.Topics{Data: "d", Partitions: 3, ReplicationFactor: -1, Offsets: "off2"})
+	if err == nil || !strings.Contains(err.Error(), "exactly 1") {
+		t.Errorf("offsets topic with 2 partitions: %v", err)
+	}
+	lines, err := producer.EnsureTopics(ctx, cl, producer.Topics{Data: "fresh", Partitions: 4, ReplicationFactor: -1, Offsets: "off3", Ledger: "led"})
+	if err != nil || len(lines) != 3 {
+		t.Fatalf("create: %v %v", lines, err)
+	}
+	cfgs, err := adm.DescribeTopicConfigs(ctx, "fresh", "off3", "led")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"fresh": "compact", "off3": "compact", "led": "delete"}
+	for _, rc := range cfgs {
+		for _, c := range rc.Configs {
+			if c.Key == "cleanup.policy" && c.MaybeValue() != want[rc.Name] {
+				t.Errorf("%s: cleanup.policy=%s, want %s", rc.Name, c.MaybeValue(), want[rc.Name])
+			}
+		}
+	}
+}
