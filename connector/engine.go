@@ -244,6 +244,11 @@ func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 		if err == nil && ctx.Err() == nil && e.sweepDue() {
 			_, err = e.Sweep(ctx, e.cfg.Topic)
 		}
+		if err == nil && ctx.Err() != nil {
+			// The pass was interrupted: what it had handed to the
+			// producer is committed, but the end was not reached.
+			return e.completion(started, "stopped by signal before the end of the pass; the next run resumes at the committed cursor"), nil
+		}
 		if err == nil {
 			failures = 0
 			e.passesRun++

@@ -341,3 +341,29 @@ func TestValueEnvelopeIsJSON(t *testing.T) {
 		t.Errorf("record: %s %v", e.Value, e.Headers)
 	}
 }
+
+// A run stopped mid-pass does not claim it caught up.
+func TestStopMidPassIsNotCaughtUp(t *testing.T) {
+	r := newRig(t)
+	m := newMemTable()
+	for i := range 20 {
+		m.set(fmt.Sprintf("k%02d", i), t0.Add(time.Duration(i)*time.Second), "v", false)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m.onPage = func(n int) {
+		if n == 3 {
+			cancel()
+		}
+	}
+	e, _ := r.engine(m, connector.Config{PageSize: 2})
+	c, err := e.Run(ctx, connector.Once)
+	if err != nil || c == nil || strings.HasPrefix(c.Termination, "caught up") || c.View.EndObservedAt != "" {
+		t.Fatalf("completion after a stop mid-pass: %+v, %v", c, err)
+	}
+	m.onPage = nil
+	c = r.once(m, connector.Config{PageSize: 2})
+	if !strings.HasPrefix(c.Termination, "caught up") {
+		t.Fatalf("the resumed run: %s", c.Termination)
+	}
+	r.assertFolded(m.expected())
+}
