@@ -94,6 +94,17 @@ func (a *cli) engine(ctx context.Context) (*connector.Engine, []kgo.Opt, error) 
 func (a *cli) preflight(ctx context.Context, src connector.Source, print bool) error {
 	ps, ok := src.(*postgres.Source)
 	if !ok {
+		if !print {
+			return nil
+		}
+		// A changes API has no catalog to inspect: `check` asks for the
+		// first page of a pass (one item) and reports what came back.
+		p, err := src.Page(ctx, connector.PageRequest{Limit: 1})
+		if err != nil {
+			fmt.Fprintf(a.stdout, "  fail  source     the first page request failed: %v\n", err)
+			return fmt.Errorf("preflight: %w", err)
+		}
+		fmt.Fprintf(a.stdout, "  ok    source     the first page answered with %d item(s), end of list: %v\n", len(p.Rows), p.End)
 		return nil
 	}
 	rep, err := ps.Check(ctx)
