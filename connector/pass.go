@@ -25,30 +25,34 @@ func (e *Engine) pass(ctx context.Context) error {
 		e.cp.Phase, e.cp.Cursor, e.cp.PassMax, e.cp.PassLow, e.cp.PassHorizon = schemas.PhaseIdle, "", "", "", ""
 		fallthrough
 	default:
+		// In horizon mode the oldest open writer is sampled before anything
+		// is read: a writer still open then caps W at its start; one that
+		// starts later writes updated_at >= the sample's clock, which also
+		// caps W.
+		var h Horizon
+		if e.cfg.Horizon {
+			var err error
+			if h, err = e.src.(Horizoner).Horizon(ctx); err != nil {
+				return staged("source", fmt.Errorf("sample horizon: %w", err))
+			}
+		}
 		if e.cfg.Consistent && e.cp.Watermark == "" {
 			snap, err := src.(Snapshotter).Snapshot(ctx)
 			if err != nil {
-				return fmt.Errorf("open snapshot for the consistent initial load: %w", err)
+				return staged("source", fmt.Errorf("open snapshot for the consistent initial load: %w", err))
 			}
 			defer snap.Close(context.WithoutCancel(ctx))
 			src = snap
 			e.cp.Phase = schemas.PhaseSnapshot
-			e.cp.PassHorizon = schemas.FormatTime(snap.Start())
+			wcap := snap.Start()
 			if e.cfg.Horizon {
-				h, err := e.src.(Horizoner).Horizon(ctx)
-				if err != nil {
-					return fmt.Errorf("sample horizon: %w", err)
-				}
-				e.cp.PassHorizon = schemas.FormatTime(capOf(h, snap.Start()))
+				wcap = capOf(h, minTime(h.Now, wcap))
 			}
+			e.cp.PassHorizon = schemas.FormatTime(wcap)
 		} else {
 			e.cp.Phase = schemas.PhasePass
 			e.cp.PassHorizon = ""
 			if e.cfg.Horizon {
-				h, err := e.src.(Horizoner).Horizon(ctx)
-				if err != nil {
-					return fmt.Errorf("sample horizon: %w", err)
-				}
 				e.cp.PassHorizon = schemas.FormatTime(capOf(h, h.Now))
 			}
 		}
@@ -207,7 +211,7 @@ func (e *Engine) endPass(ctx context.Context) error {
 			h, err := e.src.(Horizoner).Horizon(ctx)
 			if err != nil {
 				e.abort(ctx)
-				return fmt.Errorf("sample horizon at the end of the pass: %w", err)
+				return staged("source", fmt.Errorf("sample horizon at the end of the pass: %w", err))
 			}
 			cand = minTime(cand, capOf(h, h.Now))
 		}
