@@ -289,15 +289,31 @@ func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 		if !e.sleep(ctx, delay) {
 			return e.completion(started, "stopped by signal"), nil
 		}
-		if err := e.recover(ctx); err != nil {
-			if Fatal(err) {
-				e.cfg.Observer.ObserveStop(stopKind(err))
+		// Nothing runs on the uncommitted state: until the checkpoint is
+		// reloaded, only the recovery itself is retried.
+		for {
+			rerr := e.recover(ctx)
+			if rerr == nil {
+				break
 			}
-			if Fatal(err) || ctx.Err() != nil {
-				return e.completion(started, "stopped: "+err.Error()), err
+			if Fatal(rerr) {
+				e.cfg.Observer.ObserveStop(stopKind(rerr))
+				return e.completion(started, "stopped: "+rerr.Error()), rerr
 			}
-			e.log.Warn("recovery failed; will retry", "err", err)
-			continue
+			if ctx.Err() != nil {
+				return e.completion(started, "stopped by signal"), nil
+			}
+			e.cfg.Observer.ObserveRetry(retryReason(rerr))
+			failures++
+			if failures >= e.cfg.MaxAttempts {
+				return e.completion(started, "gave up"), fmt.Errorf("giving up after %d consecutive failures: %w", failures, rerr)
+			}
+			delay := backoff(failures)
+			e.log.Warn("recovery failed: the uncommitted state stays discarded; retrying the recovery",
+				"err", rerr, "attempt", failures, "of", e.cfg.MaxAttempts, "retry_in", delay.Round(time.Millisecond))
+			if !e.sleep(ctx, delay) {
+				return e.completion(started, "stopped by signal"), nil
+			}
 		}
 	}
 }

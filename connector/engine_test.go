@@ -20,6 +20,7 @@ import (
 	"github.com/tidemark/tidemark/fold"
 	"github.com/tidemark/tidemark/offsets"
 	"github.com/tidemark/tidemark/producer"
+	"github.com/tidemark/tidemark/schemas"
 	"github.com/tidemark/tidemark/test/harness"
 )
 
@@ -366,4 +367,65 @@ func TestStopMidPassIsNotCaughtUp(t *testing.T) {
 		t.Fatalf("the resumed run: %s", c.Termination)
 	}
 	r.assertFolded(m.expected())
+}
+
+// failingCommit fails the nth commit (aborting the transaction) and the
+// store fails the mth load, to put a failed recovery right after a failed
+// commit.
+type failingCommit struct {
+	connector.Publisher
+	commits, failAt int
+}
+
+func (f *failingCommit) Commit(ctx context.Context, cp, led []byte) error {
+	f.commits++
+	if f.commits == f.failAt {
+		_ = f.Publisher.Abort(ctx)
+		return fmt.Errorf("injected commit failure")
+	}
+	return f.Publisher.Commit(ctx, cp, led)
+}
+
+type failingLoad struct {
+	connector.CheckpointStore
+	loads, failAt int
+}
+
+func (f *failingLoad) Load(ctx context.Context) (*schemas.Checkpoint, error) {
+	f.loads++
+	if f.loads == f.failAt {
+		return nil, fmt.Errorf("injected: offsets topic unavailable")
+	}
+	return f.CheckpointStore.Load(ctx)
+}
+
+// After a failed commit, a failed reload must not let the pass continue on
+// the uncommitted state (its cursor is past rows that were never committed).
+func TestFailedRecoveryNeverContinuesOnUncommittedState(t *testing.T) {
+	r := newRig(t)
+	m := newMemTable()
+	for i := range 12 {
+		m.set(fmt.Sprintf("k%02d", i), t0.Add(time.Duration(i)*time.Second), "v", false)
+	}
+	ctx := context.Background()
+	w, err := producer.New(ctx, producer.Config{Name: r.name, Topic: r.topic, OffsetsTopic: r.offsets, LedgerTopic: r.ledger, Opts: r.opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	// Commit 1 is the run-start ledger entry, commit 2 the first page's.
+	pub := &failingCommit{Publisher: w, failAt: 3}
+	store := &failingLoad{CheckpointStore: r.store(), failAt: 2}
+	e, err := connector.New(connector.Config{Name: r.name, Fingerprint: "fp1", PageSize: 2, TxnMaxRecords: 2,
+		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))}, m, pub, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Run(ctx, connector.Once); err != nil {
+		t.Fatal(err)
+	}
+	st := r.assertFolded(m.expected())
+	if d := dupes(st); len(d) > 0 {
+		t.Errorf("duplicates: %v", d)
+	}
 }
