@@ -208,7 +208,8 @@ func (e *Engine) endPass(ctx context.Context) error {
 				}
 				cand = minTime(cand, c)
 			}
-			h, err := e.src.(Horizoner).Horizon(ctx)
+			// Not cancellable: a shutdown here must still finish the pass.
+			h, err := e.src.(Horizoner).Horizon(context.WithoutCancel(ctx))
 			if err != nil {
 				e.abort(ctx)
 				return staged("source", fmt.Errorf("sample horizon at the end of the pass: %w", err))

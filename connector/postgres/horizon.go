@@ -10,19 +10,24 @@ import (
 	"github.com/tidemark/tidemark/connector"
 )
 
-// horizonSQL samples the server clock and the start of the oldest running
-// transaction in this database that holds a transaction id (has written),
-// other than our own session. Transactions in other databases cannot write
-// this table and are ignored.
+// horizonSQL samples the server clock and the start of the oldest
+// transaction still open in this database in another client session. Any
+// open transaction counts, not only those that already hold a transaction
+// id: now() is a transaction's start time, so a transaction that has only
+// read so far can still write an updated_at older than everything read
+// since, and commit late. Background workers (autovacuum) do not write user
+// tables and are ignored, as are transactions in other databases.
 const horizonSQL = `SELECT clock_timestamp(), (
 	SELECT min(xact_start) FROM pg_catalog.pg_stat_activity
-	WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid() AND datname = current_database())`
+	WHERE xact_start IS NOT NULL AND backend_type = 'client backend'
+	  AND pid <> pg_backend_pid() AND datname = current_database())`
 
 // Horizon reports the server's clock and the start time of the oldest
-// transaction that is still running and holds a transaction id, for
-// horizon mode (CONTRACT §3): W must not pass it, because that transaction
-// may still commit rows whose updated_at is older than anything read so
-// far.
+// transaction that is still running (holding a transaction id, or able to
+// get one by writing), for horizon mode (CONTRACT §3): W must not pass it,
+// because that transaction may still commit rows whose updated_at is older
+// than anything read so far. A long read-only transaction holds W back too:
+// the price of never guessing which transactions will write.
 //
 // Privileges: pg_stat_activity shows other roles' xact_start and
 // backend_xid only to superusers and members of pg_read_all_stats (or

@@ -35,12 +35,15 @@ func TestHorizon(t *testing.T) {
 		t.Fatalf("now %s", h.Now)
 	}
 
+	// Any open transaction counts, not only one that has written: now() is
+	// its start, so it can still write an old updated_at and commit late.
 	reader, err := db.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer reader.Rollback(ctx)
-	if _, err := reader.Exec(ctx, "SELECT count(*) FROM t"); err != nil {
+	var readerStart time.Time
+	if err := reader.QueryRow(ctx, "SELECT now() FROM (SELECT count(*) FROM t) c").Scan(&readerStart); err != nil {
 		t.Fatal(err)
 	}
 	writer, err := db.Pool.Begin(ctx)
@@ -53,8 +56,15 @@ func TestHorizon(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, err = src.Horizon(ctx)
-	if err != nil || !h.OldestWriter.IsZero() {
-		t.Fatalf("before the write: %+v %v", h, err)
+	if err != nil || !h.OldestWriter.Equal(readerStart) {
+		t.Fatalf("two open transactions: %+v %v; want the older one's start %s", h, err, readerStart)
+	}
+	if err := reader.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h, err = src.Horizon(ctx)
+	if err != nil || !h.OldestWriter.Equal(start) {
+		t.Fatalf("before the write: %+v %v; want the open transaction's start %s", h, err, start)
 	}
 	if _, err := writer.Exec(ctx, "INSERT INTO t VALUES (1, now())"); err != nil {
 		t.Fatal(err)
