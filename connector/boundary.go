@@ -75,11 +75,15 @@ func (b *boundary) seen(r *Row) bool {
 }
 
 // touch refreshes the timestamp of an entry met again with the same value.
-func (b *boundary) touch(id string, ts int64) {
-	if e, ok := b.m[id]; ok {
+// It reports whether the timestamp changed (only possible when the value
+// does not include updated_at).
+func (b *boundary) touch(id string, ts int64) bool {
+	if e, ok := b.m[id]; ok && e.ts != ts {
 		e.ts = ts
 		b.m[id] = e
+		return true
 	}
+	return false
 }
 
 // published records that r was published; its digest is computed lazily.

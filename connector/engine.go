@@ -164,6 +164,7 @@ type Engine struct {
 	txKeySum  uint64 // sum of FNV-1a 64 of the published keys
 	txNewest  int64  // µs; newest/oldest updated_at published in the txn
 	txOldest  int64
+	bMoved    bool // a B entry's timestamp moved since the last commit
 
 	// For the completion record.
 	startCounters schemas.Counters

@@ -146,7 +146,9 @@ func (e *Engine) apply(ctx context.Context, rows []Row) error {
 		e.cp.Counters.Raw++
 		if e.b.seen(r) {
 			e.cp.Counters.Deduped++
-			e.b.touch(r.ID, ts)
+			if e.b.touch(r.ID, ts) {
+				e.bMoved = true
+			}
 			continue
 		}
 		if !e.txOpen {
@@ -235,7 +237,7 @@ func (e *Engine) endPass(ctx context.Context) error {
 	// A pass that published nothing and moved nothing commits nothing: an
 	// unchanged table costs no transaction. The committed checkpoint
 	// already says "idle at W", unless the pass was resumed.
-	if !e.txOpen && e.cp.Watermark == oldW && e.committed.Phase == schemas.PhaseIdle && wasPass != schemas.PhaseSnapshot {
+	if !e.txOpen && !e.bMoved && e.cp.Watermark == oldW && e.committed.Phase == schemas.PhaseIdle && wasPass != schemas.PhaseSnapshot {
 		e.resetTx()
 		return nil
 	}
@@ -291,6 +293,7 @@ func (e *Engine) commit(ctx context.Context) error {
 // resetTx forgets the open transaction's bookkeeping.
 func (e *Engine) resetTx() {
 	e.txOpen = false
+	e.bMoved = false
 	e.txRecords, e.txBytes, e.txPages, e.txStart = 0, 0, 0, time.Time{}
 	e.txKeys, e.txKeySum, e.txNewest, e.txOldest = 0, 0, 0, 0
 }
