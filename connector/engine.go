@@ -272,7 +272,6 @@ func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 			}
 			return e.completion(started, "stopped: "+err.Error()), err
 		}
-		e.cfg.Observer.ObserveRetry(retryReason(err))
 		// Consecutive means without progress: a failure after a commit
 		// since the previous failure starts the count and the backoff over,
 		// so a long pass is not given up for failures it recovered from.
@@ -281,14 +280,8 @@ func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 		}
 		failedAt = e.committed.Seq
 		failures++
-		if failures >= e.cfg.MaxAttempts {
-			return e.completion(started, "gave up"), fmt.Errorf("giving up after %d consecutive failures: %w", failures, err)
-		}
-		delay := backoff(failures)
-		e.log.Warn("transient failure; will resume from the last committed checkpoint",
-			"err", err, "attempt", failures, "of", e.cfg.MaxAttempts, "retry_in", delay.Round(time.Millisecond))
-		if !e.sleep(ctx, delay) {
-			return e.completion(started, "stopped by signal"), nil
+		if ok, giveUp := e.backOff(ctx, err, failures, "transient failure; will resume from the last committed checkpoint"); !ok {
+			return e.stopAfterRetries(started, giveUp)
 		}
 		// Nothing runs on the uncommitted state: until the checkpoint is
 		// reloaded, only the recovery itself is retried.
@@ -304,19 +297,34 @@ func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 			if ctx.Err() != nil {
 				return e.completion(started, "stopped by signal"), nil
 			}
-			e.cfg.Observer.ObserveRetry(retryReason(rerr))
 			failures++
-			if failures >= e.cfg.MaxAttempts {
-				return e.completion(started, "gave up"), fmt.Errorf("giving up after %d consecutive failures: %w", failures, rerr)
-			}
-			delay := backoff(failures)
-			e.log.Warn("recovery failed: the uncommitted state stays discarded; retrying the recovery",
-				"err", rerr, "attempt", failures, "of", e.cfg.MaxAttempts, "retry_in", delay.Round(time.Millisecond))
-			if !e.sleep(ctx, delay) {
-				return e.completion(started, "stopped by signal"), nil
+			if ok, giveUp := e.backOff(ctx, rerr, failures, "recovery failed: the uncommitted state stays discarded; retrying the recovery"); !ok {
+				return e.stopAfterRetries(started, giveUp)
 			}
 		}
 	}
+}
+
+// backOff accounts for the attempt-th consecutive transient failure: it
+// reports it, gives up once MaxAttempts is reached (giveUp is the error to
+// stop with), and otherwise waits a capped, jittered backoff. ok is false
+// when the caller must stop: with giveUp set, or because ctx ended.
+func (e *Engine) backOff(ctx context.Context, err error, attempt int, what string) (ok bool, giveUp error) {
+	e.cfg.Observer.ObserveRetry(retryReason(err))
+	if attempt >= e.cfg.MaxAttempts {
+		return false, fmt.Errorf("giving up after %d consecutive failures: %w", attempt, err)
+	}
+	delay := backoff(attempt)
+	e.log.Warn(what, "err", err, "attempt", attempt, "of", e.cfg.MaxAttempts, "retry_in", delay.Round(time.Millisecond))
+	return e.sleep(ctx, delay), nil
+}
+
+// stopAfterRetries ends Run when backOff says stop: gave up, or a signal.
+func (e *Engine) stopAfterRetries(started time.Time, giveUp error) (*Completion, error) {
+	if giveUp != nil {
+		return e.completion(started, "gave up"), giveUp
+	}
+	return e.completion(started, "stopped by signal"), nil
 }
 
 // sweepDue reports whether a sweep should run now: an unfinished one is
@@ -350,13 +358,13 @@ func (e *Engine) SweepOnce(ctx context.Context, topic TopicView) (SweepResult, e
 	}
 	for attempt := 1; ; attempt++ {
 		res, err := e.Sweep(ctx, topic)
-		if err == nil || Fatal(err) || ctx.Err() != nil || attempt >= e.cfg.MaxAttempts {
+		if err == nil || Fatal(err) || ctx.Err() != nil {
 			return res, err
 		}
-		e.cfg.Observer.ObserveRetry(retryReason(err))
-		delay := backoff(attempt)
-		e.log.Warn("sweep failed; will resume from the last committed checkpoint", "err", err, "attempt", attempt, "retry_in", delay.Round(time.Millisecond))
-		if !e.sleep(ctx, delay) {
+		if ok, giveUp := e.backOff(ctx, err, attempt, "sweep failed; will resume from the last committed checkpoint"); !ok {
+			if giveUp != nil {
+				return res, giveUp
+			}
 			return res, ctx.Err()
 		}
 		if err := e.recover(ctx); err != nil {
@@ -387,11 +395,13 @@ func (e *Engine) startRun(ctx context.Context) error {
 			e.log.Info("run started", "run_id", e.runID, "reason", e.startReason, "from", e.resumedFrom)
 			return nil
 		}
-		if Fatal(err) || attempt >= e.cfg.MaxAttempts || ctx.Err() != nil {
+		if Fatal(err) || ctx.Err() != nil {
 			return fmt.Errorf("record the run start in the ledger: %w", err)
 		}
-		e.log.Warn("record the run start in the ledger failed; retrying", "err", err, "attempt", attempt)
-		if !e.sleep(ctx, backoff(attempt)) {
+		if ok, giveUp := e.backOff(ctx, err, attempt, "record the run start in the ledger failed; retrying"); !ok {
+			if giveUp != nil {
+				return fmt.Errorf("record the run start in the ledger: %w", giveUp)
+			}
 			return ctx.Err()
 		}
 		if err := e.pub.Reset(ctx); err != nil && Fatal(err) {
