@@ -91,22 +91,13 @@ log:
 func (w *httpWorld) live() map[string]string {
 	w.t.Helper()
 	out := map[string]string{}
-	req := connector.PageRequest{Limit: 1000}
-	for {
-		p, err := w.table.Page(context.Background(), req)
-		if err != nil {
-			w.t.Fatal(err)
-		}
-		if p.End {
-			return out
-		}
-		for _, r := range p.Rows {
-			if !r.Deleted {
-				out[r.ID] = string(r.Value)
-			}
-		}
-		req.Cursor = p.Next
+	if _, err := w.table.ScanLive(context.Background(), func(r *connector.Row) error {
+		out[r.ID] = string(r.Value)
+		return nil
+	}); err != nil {
+		w.t.Fatal(err)
 	}
+	return out
 }
 
 func (w *httpWorld) assertTopic() {

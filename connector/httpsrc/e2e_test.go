@@ -131,22 +131,13 @@ func (u *upstream) insert(from, n int, ts time.Time, step time.Duration) {
 func (u *upstream) live() map[string]string {
 	u.t.Helper()
 	out := map[string]string{}
-	req := connector.PageRequest{Limit: 1000}
-	for {
-		p, err := u.table.Page(context.Background(), req)
-		if err != nil {
-			u.t.Fatal(err)
-		}
-		if p.End {
-			return out
-		}
-		for _, r := range p.Rows {
-			if !r.Deleted {
-				out[r.ID] = string(r.Value)
-			}
-		}
-		req.Cursor = p.Next
+	if _, err := u.table.ScanLive(context.Background(), func(r *connector.Row) error {
+		out[r.ID] = string(r.Value)
+		return nil
+	}); err != nil {
+		u.t.Fatal(err)
 	}
+	return out
 }
 
 func (u *upstream) source(t *testing.T, clk httpsrc.Clock) *httpsrc.Source {

@@ -208,8 +208,8 @@ func Check(ctx context.Context, t Target) (Report, error) {
 	return r, nil
 }
 
-// expected walks the table from scratch with the connector's own source and
-// encoder and returns id -> value of every live (not soft-deleted) row.
+// expected reads the table under one snapshot with the connector's own source
+// and encoder (ScanLive) and returns id -> value of every live row.
 func expected(ctx context.Context, cfg postgres.Config) (map[string]string, error) {
 	src, err := postgres.New(ctx, cfg)
 	if err != nil {
@@ -217,24 +217,13 @@ func expected(ctx context.Context, cfg postgres.Config) (map[string]string, erro
 	}
 	defer src.Close()
 	want := map[string]string{}
-	req := connector.PageRequest{Limit: 1000}
-	for {
-		p, err := src.Page(ctx, req)
-		if err != nil {
-			return nil, fmt.Errorf("walk the source table: %w", err)
-		}
-		for _, row := range p.Rows {
-			if row.Deleted {
-				delete(want, row.ID)
-			} else {
-				want[row.ID] = string(row.Value)
-			}
-		}
-		if p.End {
-			return want, nil
-		}
-		req.Cursor = p.Next
+	if _, err := src.ScanLive(ctx, func(row *connector.Row) error {
+		want[row.ID] = string(row.Value)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("scan the source table: %w", err)
 	}
+	return want, nil
 }
 
 // crossesMark reports whether offsets a < b of one partition lie on both
