@@ -42,9 +42,10 @@ type Report struct {
 	Stale int
 	// Extra keys: live in the folded topic, not live in the table.
 	Extra int
-	// Duplicates: a record whose (value, updated_at header) equals the
-	// previous record of the same key, i.e. one version published twice,
-	// outside the documented cases (see Republished and DedupeOverflow).
+	// Duplicates: a record that repeats an earlier record of the same key
+	// anywhere in the log (same operation, value and updated_at header; a
+	// tombstone included), i.e. one row version published twice. The only
+	// exception is a repeat across a ResetMark (see Republished).
 	Duplicates int
 	// KeyRegressions: a record whose updated_at header is older than the
 	// previous record's of the same key.
@@ -58,12 +59,6 @@ type Report struct {
 	// Republished counts repeats across a ResetMark: a reset to scratch
 	// re-publishes every row once.
 	Republished int
-	// DedupeOverflow is the connector's own count (last checkpoint) of rows
-	// that did not fit the dedupe set B; a re-read of such a row is published
-	// again. When it is not 0, repeats are counted here as OverflowRepeats,
-	// not as Duplicates, because they are the documented cost of the bound.
-	DedupeOverflow  int64
-	OverflowRepeats int
 
 	// Figures.
 	SourceRows  int // live rows in the table
@@ -89,8 +84,8 @@ func (r Report) Counts() string {
 }
 
 func (r Report) String() string {
-	s := fmt.Sprintf("six counts: %s (source rows %d, live keys %d, records %d, tombstones %d, checkpoints %d, resets %d, republished by reset %d, dedupe overflow %d)",
-		r.Counts(), r.SourceRows, r.LiveKeys, r.Records, r.Tombstones, r.Checkpoints, r.Resets, r.Republished, r.DedupeOverflow)
+	s := fmt.Sprintf("six counts: %s (source rows %d, live keys %d, records %d, tombstones %d, checkpoints %d, resets %d, republished by reset %d)",
+		r.Counts(), r.SourceRows, r.LiveKeys, r.Records, r.Tombstones, r.Checkpoints, r.Resets, r.Republished)
 	if len(r.Samples) > 0 {
 		s += "\n  " + strings.Join(r.Samples, "\n  ")
 	}
@@ -127,6 +122,14 @@ func Check(ctx context.Context, t Target) (Report, error) {
 		offset    int64
 	}
 	prev := map[string]*last{}
+	// Every version of every key published so far, with where it was first
+	// seen: a repeat anywhere later in the log is a duplicate, not only a
+	// repeat of the key's previous record.
+	type at struct {
+		partition int32
+		offset    int64
+	}
+	seen := map[string]map[string]at{}
 	err = fold.Scan(ctx, t.Kafka, t.Topic, func(rec *kgo.Record) error {
 		r.Records++
 		k := string(rec.Key)
@@ -139,14 +142,27 @@ func Check(ctx context.Context, t Target) (Report, error) {
 		if cur.tombstone {
 			r.Tombstones++
 		}
-		if p := prev[k]; p != nil {
-			if p.tombstone == cur.tombstone && string(p.value) == string(cur.value) && p.updatedAt == cur.updatedAt {
-				if crossesMark(t.ResetMarks, p.partition, p.offset, cur.offset) {
-					r.Republished++
-				} else {
-					r.sample(&r.Duplicates, "duplicate: key %s published twice (updated_at %s) at %d/%d and %d/%d", k, cur.updatedAt, p.partition, p.offset, cur.partition, cur.offset)
+		version := "U" + cur.updatedAt + "\x00" + string(cur.value)
+		if cur.tombstone {
+			version = "D" + cur.updatedAt
+		}
+		if seen[k] == nil {
+			seen[k] = map[string]at{}
+		}
+		if first, ok := seen[k][version]; ok {
+			if crossesMark(t.ResetMarks, first.partition, first.offset, cur.offset) {
+				r.Republished++
+			} else {
+				kind := "value"
+				if cur.tombstone {
+					kind = "tombstone"
 				}
+				r.sample(&r.Duplicates, "duplicate: key %s: the same %s (updated_at %s) published at %d/%d and again at %d/%d", k, kind, cur.updatedAt, first.partition, first.offset, cur.partition, cur.offset)
 			}
+		} else {
+			seen[k][version] = at{cur.partition, cur.offset}
+		}
+		if p := prev[k]; p != nil {
 			pt, perr := schemas.ParseTime(p.updatedAt)
 			ct, cerr := schemas.ParseTime(cur.updatedAt)
 			switch {
@@ -198,12 +214,6 @@ func Check(ctx context.Context, t Target) (Report, error) {
 		if below(now, before) {
 			r.sample(&r.WatermarkRegressions, "watermark regression: seq %d has W %s after seq %d had %s", cp.Seq, orInf(now), cps[i-1].Seq, orInf(before))
 		}
-	}
-	if n := len(cps); n > 0 {
-		r.DedupeOverflow = cps[n-1].Counters.DedupeOverflow
-	}
-	if r.DedupeOverflow > 0 {
-		r.OverflowRepeats, r.Duplicates = r.Duplicates, 0
 	}
 	return r, nil
 }

@@ -51,7 +51,7 @@ func TestCheckerCountsEachAnomaly(t *testing.T) {
 		rec("1", want["1"], ts(1)), rec("1", want["1"], ts(1)), // duplicate
 		// key 2 never published: lost
 		rec("3", `{"stale":true}`, ts(3)),                                                         // stale
-		rec("4", want["4"], ts(4)), rec("4", `{"older":true}`, ts(0)), rec("4", want["4"], ts(4)), // regression
+		rec("4", `{"first":true}`, ts(4)), rec("4", `{"older":true}`, ts(0)), rec("4", want["4"], ts(4)), // regression
 		rec("5", `{"deleted":"but live in the topic"}`, ts(5)), // extra
 		rec("6", "", ts(6)), rec("6", "", ts(7)), // two tombstones of different versions: not a duplicate
 	)
@@ -103,5 +103,17 @@ func TestCheckerCountsEachAnomaly(t *testing.T) {
 	}
 	if r.Duplicates != 1 || r.Republished != 1 {
 		t.Errorf("with a reset mark before the last publication: want 1 duplicate and 1 re-publication, got %d and %d", r.Duplicates, r.Republished)
+	}
+
+	// A repeat that is not the key's previous record is a duplicate too,
+	// and so is a tombstone of one version published twice.
+	produce(rec("3", want["3"], ts(3)), rec("3", `{"stale":true}`, ts(3)), rec("3", want["3"], ts(3)))
+	produce(rec("6", "", ts(6)))
+	r, err = Check(ctx, w.target())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Duplicates != 5 {
+		t.Errorf("want 5 duplicates (key 1 twice, key 3's stale value and its table value again, key 6's first tombstone again), got %d: %s", r.Duplicates, r)
 	}
 }
