@@ -152,6 +152,10 @@ func AssertNoDupes(t testing.TB, st *fold.State) {
 	}
 	slices.Sort(out)
 	if len(out) > 0 {
-		t.Errorf("published more than once: %s", strings.Join(out, "; "))
+		n := len(out)
+		if n > 5 {
+			out = append(out[:5], "...")
+		}
+		t.Errorf("%d row versions published more than once: %s", n, strings.Join(out, "; "))
 	}
 }
