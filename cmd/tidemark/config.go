@@ -151,6 +151,10 @@ type HTTPSourceConfig struct {
 	MaxRetries int `yaml:"max_retries"`
 	// MaxRetryAfter caps an honoured Retry-After. Default 5m.
 	MaxRetryAfter Duration `yaml:"max_retry_after"`
+	// MaxEmptyPages is how many pages in a row without items but with more
+	// to come are waited out (with backoff) before a safety stop: the
+	// server makes no progress. Default 20.
+	MaxEmptyPages int `yaml:"max_empty_pages"`
 }
 
 // KafkaConfig describes the destination cluster and topics.
@@ -582,8 +586,8 @@ func (c *Config) Validate() error {
 				p.addKey("source.http.reject_statuses", fmt.Sprintf("source.http.reject_statuses[%d]", i), "%q is not a 4xx status; list e.g. 400, 410 (5xx are retried)", st)
 			}
 		}
-		if h.MaxLimit < 0 || h.MaxRetries < 0 || h.RequestTimeout.Duration < 0 || h.MaxRetryAfter.Duration < 0 {
-			p.add("source.http", "max_limit, max_retries, request_timeout and max_retry_after must not be negative (0 means the default)")
+		if h.MaxLimit < 0 || h.MaxRetries < 0 || h.RequestTimeout.Duration < 0 || h.MaxRetryAfter.Duration < 0 || h.MaxEmptyPages < 0 {
+			p.add("source.http", "max_limit, max_retries, request_timeout, max_retry_after and max_empty_pages must not be negative (0 means the default)")
 		}
 	default:
 		p.add("source.kind", "%q is not a source kind; use postgres or http%s", s.Kind, with("source.kind"))

@@ -225,6 +225,7 @@ func TestEveryKeySettable(t *testing.T) {
 		"source.http.request_timeout":  "",
 		"source.http.max_retries":      "",
 		"source.http.max_retry_after":  "",
+		"source.http.max_empty_pages":  "",
 	}
 	keys := ConfigKeys()
 	if len(keys) != len(samples) {

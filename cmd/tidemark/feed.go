@@ -33,7 +33,8 @@ func (a *cli) httpConfig() (httpsrc.Config, error) {
 		Pagination: httpsrc.Pagination(h.Pagination), NextCursorPath: h.NextCursorPath, HasMorePath: h.HasMorePath,
 		AuthHeader: h.AuthHeader, RejectCodes: h.RejectCodes, ErrorCodePath: h.ErrorCodePath,
 		RequestTimeout: h.RequestTimeout.Duration, MaxRetries: h.MaxRetries, MaxRetryAfter: h.MaxRetryAfter.Duration,
-		Logger: a.log,
+		MaxEmptyPages: h.MaxEmptyPages,
+		Logger:        a.log,
 	}
 	for _, s := range h.RejectStatuses {
 		n, err := strconv.Atoi(strings.TrimSpace(s))

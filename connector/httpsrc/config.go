@@ -105,6 +105,11 @@ type Config struct {
 	// MaxRetryAfter caps how long a Retry-After is honoured; a server asking
 	// for longer fails the page (transient) instead of stalling. Default 5m.
 	MaxRetryAfter time.Duration
+	// MaxEmptyPages is how many pages in a row may come back with no items
+	// while saying there is more. Each is followed by a wait (the backoff
+	// above, restarted by a page with items); the MaxEmptyPages-th is a
+	// safety stop: the server makes no progress. Default 20.
+	MaxEmptyPages int
 
 	// Client is the HTTP client; default a client with RequestTimeout.
 	Client *http.Client
@@ -155,6 +160,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxRetryAfter <= 0 {
 		c.MaxRetryAfter = 5 * time.Minute
+	}
+	if c.MaxEmptyPages <= 0 {
+		c.MaxEmptyPages = 20
 	}
 	if c.Clock == nil {
 		c.Clock = wallClock{}

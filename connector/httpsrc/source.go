@@ -25,12 +25,14 @@ var errCrossOrigin = errors.New("refusing a redirect to another origin")
 const maxBody = 64 << 20
 
 // Source walks a cursor-paginated HTTP changes API (CONTRACT §8). It is safe
-// for concurrent use.
+// for concurrent use; its progress guard (guard.go) follows one walk at a
+// time, the engine's, and a request that does not continue it starts anew.
 type Source struct {
 	cfg      Config
 	endpoint *url.URL
 	client   *http.Client
 	paths    paths
+	guard    guard // guard.go
 }
 
 // New validates cfg and returns a Source. It does not contact the server.
@@ -78,6 +80,9 @@ func (s *Source) Page(ctx context.Context, req connector.PageRequest) (connector
 	if err != nil {
 		return connector.Page{}, err
 	}
+	if err := s.before(ctx, req.Cursor); err != nil {
+		return connector.Page{}, err
+	}
 	body, hdr, err := s.fetch(ctx, u, req.Cursor)
 	if err != nil {
 		return connector.Page{}, err
@@ -85,6 +90,13 @@ func (s *Source) Page(ctx context.Context, req connector.PageRequest) (connector
 	page, err := s.parse(body, hdr, u)
 	if err != nil {
 		return connector.Page{}, fmt.Errorf("page from %s: %w", s.where(u), permanent(err))
+	}
+	key := req.Cursor
+	if s.cfg.Pagination == PaginateLink {
+		key = u.String() // the first page's URL too: a link back to it is a cycle
+	}
+	if err := s.after(key, req.Cursor, page); err != nil {
+		return connector.Page{}, err
 	}
 	return page, nil
 }
