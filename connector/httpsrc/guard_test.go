@@ -231,3 +231,47 @@ func TestGuardStopsTheEngine(t *testing.T) {
 		t.Errorf("the checkpoint is not marked as needing a decision naming the cursor: %+v, %v", cp, err)
 	}
 }
+
+// An upstream's error body reaches messages escaped: no terminal escape, no
+// carriage return or line feed that could forge a log line.
+func TestErrorBodiesEscaped(t *testing.T) {
+	for name, answer := range map[string]func(http.ResponseWriter, *http.Request){
+		"plain 403":  body(403, "\x1b[2J\x1b[31mdenied\r\ntime=2026-01-01 level=INFO msg=\"all good\"\x07\xff"),
+		"JSON 401":   body(401, `{"error":{"code":"nope\u001b[0m","message":"bad\r\nlevel=INFO msg=forged"}}`),
+		"JSON 503":   body(503, `{"error":{"message":"down\u001b]0;title\u0007\n"}}`),
+		"rejected":   body(410, "\x1b[1mgone\ncursor\r"),
+		"plain 5xx":  body(500, "\x9b31m\u2028oops"),
+		"text retry": body(429, "slow down\x1b[0m\n"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			s, _, _ := newSource(t, http.HandlerFunc(answer), httpsrc.Config{MaxRetries: 1})
+			_, err := s.Page(context.Background(), connector.PageRequest{Cursor: "c", Limit: 10})
+			if err == nil {
+				t.Fatal("no error")
+			}
+			msg := err.Error()
+			if name == "rejected" {
+				msg = strings.SplitN(msg, "\n  what to do:", 2)[0] // the hint's own line break
+			}
+			if strings.ContainsAny(msg, "\x1b\r\n\x07\x9b\u2028") || !utf8Valid(msg) {
+				t.Errorf("unescaped control characters reach the message: %q", msg)
+			}
+			if !strings.Contains(msg, `\x1b`) && !strings.Contains(msg, `\u2028`) && !strings.Contains(msg, `\n`) {
+				t.Errorf("the message lost the body instead of escaping it: %q", msg)
+			}
+		})
+	}
+}
+
+func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }
+
+// A rejected link cursor is named with the endpoint's query secrets
+// redacted: the stop's reason is printed and stored in the checkpoint.
+func TestRejectedLinkCursorRedacted(t *testing.T) {
+	s, _, hs := newSource(t, http.HandlerFunc(body(410, `{"error":{"code":"cursor_expired"}}`)), httpsrc.Config{Pagination: httpsrc.PaginateLink})
+	_, err := s.Page(context.Background(), connector.PageRequest{Cursor: hs.URL + "/changes?page=9&access_token=s3cr3t-v4lue", Limit: 10})
+	wantStop(t, err, "page=9", "access_token=REDACTED")
+	if strings.Contains(err.Error(), "s3cr3t") {
+		t.Errorf("the stop prints the token: %v", err)
+	}
+}

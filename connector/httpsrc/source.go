@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/schemas"
@@ -111,7 +112,7 @@ func (s *Source) pageURL(req connector.PageRequest) (*url.URL, error) {
 		u, err := url.Parse(req.Cursor)
 		if err != nil || !u.IsAbs() {
 			return nil, &connector.StopError{
-				Reason: fmt.Sprintf("the stored cursor %q is not an absolute URL, but pagination is link", req.Cursor),
+				Reason: fmt.Sprintf("the stored cursor %s is not an absolute URL, but pagination is link", showCursor(req.Cursor)),
 				Hint:   "was source.http.pagination changed? restore it, or decide with `tidemark reset`",
 			}
 		}
@@ -238,7 +239,7 @@ func (s *Source) rejected(status int, code string, body []byte) bool {
 
 func (s *Source) stop(status int, code string, body []byte, cursor string) error {
 	return &connector.StopError{
-		Reason: fmt.Sprintf("the changes API rejected the stored cursor %q: %s", cursor, describe(status, body, s.paths.errCode)),
+		Reason: fmt.Sprintf("the changes API rejected the stored cursor %s: %s", showCursor(cursor), describe(status, body, s.paths.errCode)),
 		Hint: "tidemark never guesses a nearby position. Inspect with `tidemark status --config FILE`, then decide: " +
 			"`tidemark reset --config FILE --yes` re-reads the feed from the beginning (records already in the topic stay; changed rows are republished), " +
 			"or `tidemark reset --config FILE --to-watermark <RFC 3339> --yes` restarts at a stated watermark (rows last changed before it minus sync.margin are not read again)",
@@ -246,23 +247,32 @@ func (s *Source) stop(status int, code string, body []byte, cursor string) error
 }
 
 // describe renders an error answer for a message: status, code and the
-// server's message, bounded.
+// server's message, escaped (Escape: the body is the upstream's text and
+// reaches terminals and logs) and bounded.
 func describe(status int, body []byte, codePath []string) string {
 	s := fmt.Sprintf("HTTP %d %s", status, http.StatusText(status))
 	code, msg := errorCode(body, codePath), errorMessage(body, codePath)
 	if code != "" {
-		s += " (" + code + ")"
+		s += " (" + clipText(Escape(code), 100) + ")"
 	}
 	if msg == "" && code == "" {
 		msg = strings.TrimSpace(string(body))
 	}
-	if len(msg) > 300 {
-		msg = msg[:300] + "..."
-	}
 	if msg != "" {
-		s += ": " + msg
+		s += ": " + clipText(Escape(msg), 300)
 	}
 	return s
+}
+
+// clipText bounds s to about n bytes, cutting at a rune boundary.
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
 }
 
 // permanent marks err as one a retry cannot fix.
