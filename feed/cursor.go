@@ -124,6 +124,11 @@ func DecodeCursor(key []byte, s string) (Cursor, *CursorError) {
 	if len(s) > 2*(v1Fixed+maxIDLen+macLen) {
 		return bad(CodeInvalidCursor, "the cursor is too long to be one of ours")
 	}
+	// Only the base64url alphabet: Go's decoder skips '\r' and '\n' even
+	// in strict mode, which would give one position two spellings.
+	if !isBase64URL(s) {
+		return bad(CodeInvalidCursor, "the cursor is not unpadded base64url; pass next_cursor back exactly as received")
+	}
 	b, err := base64.RawURLEncoding.Strict().DecodeString(s)
 	if err != nil {
 		return bad(CodeInvalidCursor, "the cursor is not unpadded base64url; pass next_cursor back exactly as received")
@@ -153,4 +158,15 @@ func DecodeCursor(key []byte, s string) (Cursor, *CursorError) {
 	}
 	c.ID = string(id)
 	return c, nil
+}
+
+// isBase64URL reports whether s holds only the unpadded base64url alphabet.
+func isBase64URL(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
 }

@@ -49,3 +49,21 @@ func FuzzDecodeCursor(f *testing.F) {
 		}
 	})
 }
+
+// A cursor has one spelling: Go's base64 decoder skips '\r' and '\n' even
+// in strict mode, so a cursor with an inserted line break must still be
+// refused (invalid_cursor), as must any byte outside base64url.
+func TestCursorOneSpelling(t *testing.T) {
+	good := EncodeCursor(testKey, Cursor{Fingerprint: Fingerprint("public.items", "", ""), Issued: t0, UpdatedAt: t0, ID: "k1"})
+	if _, err := DecodeCursor(testKey, good); err != nil {
+		t.Fatal(err)
+	}
+	for _, ins := range []string{"\n", "\r", "\r\n", " ", "=", "+", "/", "\t", "\x00"} {
+		for _, at := range []int{0, 1, len(good) / 2, len(good)} {
+			s := good[:at] + ins + good[at:]
+			if _, err := DecodeCursor(testKey, s); err == nil || err.Code != CodeInvalidCursor {
+				t.Errorf("%q inserted at %d: got %v, want %s", ins, at, err, CodeInvalidCursor)
+			}
+		}
+	}
+}
