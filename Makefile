@@ -5,7 +5,7 @@ PKGS     := ./...
 # The race detector is on by default; RACE= turns it off.
 RACE     ?= -race
 
-.PHONY: all build demo test vet fmt-check bench soak clean
+.PHONY: all build demo test test-containers vet fmt-check bench soak clean
 
 all: build
 
@@ -23,6 +23,15 @@ demo: build
 # and a Kafka-protocol broker (in-process kfake, or KAFKA_BROKERS).
 test: vet fmt-check
 	$(GO) test $(RACE) -count=1 -timeout 20m $(PKGS)
+
+# The integration and chaos suites against Apache Kafka (KRaft) and
+# PostgreSQL in containers, through testcontainers-go (test/harness/containers.go).
+# Needs a Docker engine and its image registry. Without an engine it says so
+# and exits 2 before running anything (test/harness/enginecheck). Not in `test`.
+test-containers:
+	@$(GO) build -o bin/enginecheck ./test/harness/enginecheck
+	@bin/enginecheck
+	TIDEMARK_TEST_BACKEND=containers $(GO) test -count=1 -timeout 60m ./test/integration/... ./test/chaos/...
 
 vet:
 	$(GO) vet $(PKGS)
