@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/testcontainers/testcontainers-go"
 )
 
 // Postgres is a running PostgreSQL server.
@@ -28,6 +29,7 @@ type Postgres struct {
 	dir  string // data dir of a throwaway cluster ("" when external)
 	bin  string
 	cred *syscall.Credential
+	ctr  testcontainers.Container // the container (containers backend)
 }
 
 var (
@@ -38,7 +40,10 @@ var (
 
 // Main runs a package's tests and stops the shared PostgreSQL afterwards.
 // Use it from TestMain: func TestMain(m *testing.M) { harness.Main(m) }.
+// With the containers backend it first checks that a Docker engine answers
+// (backend.go), and ends the process with exit code 2 if none does.
 func Main(m *testing.M) {
+	Backend()
 	code := m.Run()
 	if pgShared != nil {
 		pgShared.Stop()
@@ -48,10 +53,14 @@ func Main(m *testing.M) {
 
 // PG returns the package's shared PostgreSQL, starting it on first use. It
 // skips the test when no PostgreSQL is available, except under CI=true,
-// where that is a failure.
+// where that is a failure. With the containers backend it is a postgres
+// container shared by the package, and a failure to start it always fails.
 func PG(t testing.TB) *Postgres {
 	t.Helper()
 	pgOnce.Do(func() { pgShared, pgErr = startPostgres() })
+	if pgErr != nil && containers() {
+		t.Fatalf("PostgreSQL container: %v", pgErr)
+	}
 	if pgErr != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("PostgreSQL is required under CI=true: %v", pgErr)
@@ -62,9 +71,19 @@ func PG(t testing.TB) *Postgres {
 }
 
 // StartPostgres starts a dedicated throwaway cluster (not the shared one),
-// for tests that restart or kill the server. It is stopped at cleanup.
+// for tests that restart or kill the server. It is stopped at cleanup. With
+// the containers backend it is a container of its own, and a failure to
+// start it always fails the test.
 func StartPostgres(t testing.TB) *Postgres {
 	t.Helper()
+	if containers() {
+		p, err := startPostgresContainer()
+		if err != nil {
+			t.Fatalf("PostgreSQL container: %v", err)
+		}
+		t.Cleanup(p.Stop)
+		return p
+	}
 	p, err := startCluster()
 	if err != nil {
 		if os.Getenv("CI") == "true" {
@@ -77,10 +96,25 @@ func StartPostgres(t testing.TB) *Postgres {
 }
 
 // StartCluster starts a throwaway cluster outside of a test (the demo and
-// the benchmarks use it). The caller must Stop it.
-func StartCluster() (*Postgres, error) { return startCluster() }
+// the benchmarks use it). The caller must Stop it. With the containers
+// backend it is a container, and when that does not start the process ends
+// with exit code 2 rather than let the caller skip (test/chaos calls it from
+// TestMain).
+func StartCluster() (*Postgres, error) {
+	if containers() {
+		p, err := startPostgresContainer()
+		if err != nil {
+			containerError(err)
+		}
+		return p, nil
+	}
+	return startCluster()
+}
 
 func startPostgres() (*Postgres, error) {
+	if containers() {
+		return startPostgresContainer()
+	}
 	if u := os.Getenv("DATABASE_URL"); u != "" {
 		return &Postgres{URL: u}, nil
 	}
@@ -137,7 +171,7 @@ func startCluster() (*Postgres, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 -c shared_buffers=256MB", port, dir)
+	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s %s", port, dir, serverSettings)
 	if out, err := p.cmd("pg_ctl", "-D", data, "-o", opts, "-l", filepath.Join(dir, "log"), "-w", "-t", "60", "start").CombinedOutput(); err != nil {
 		log, _ := os.ReadFile(filepath.Join(dir, "log"))
 		os.RemoveAll(dir)
@@ -146,6 +180,10 @@ func startCluster() (*Postgres, error) {
 	p.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
 	return p, nil
 }
+
+// serverSettings are the server options of every throwaway server, local
+// or in a container: speed over durability, room for many connections.
+const serverSettings = "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 -c shared_buffers=256MB"
 
 func (p *Postgres) cmd(name string, args ...string) *exec.Cmd {
 	c := exec.Command(filepath.Join(p.bin, name), args...)
@@ -160,6 +198,10 @@ func (p *Postgres) cmd(name string, args ...string) *exec.Cmd {
 // and starts it again on the same port. Only for dedicated clusters.
 func (p *Postgres) Restart(t testing.TB) {
 	t.Helper()
+	if p.ctr != nil {
+		p.restartContainer(t)
+		return
+	}
 	if p.dir == "" {
 		t.Fatal("Restart needs a throwaway cluster (StartPostgres)")
 	}
@@ -171,8 +213,14 @@ func (p *Postgres) Restart(t testing.TB) {
 	}
 }
 
-// Stop stops a throwaway cluster and removes its directory.
+// Stop stops a throwaway cluster and removes its directory, or removes
+// its container.
 func (p *Postgres) Stop() {
+	if p.ctr != nil {
+		terminate(p.ctr)
+		p.ctr = nil
+		return
+	}
 	if p.dir == "" {
 		return
 	}
