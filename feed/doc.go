@@ -11,7 +11,8 @@
 //	200 {"items":[{"id":"42","updated_at":"2026-01-31T12:00:00.123456Z",
 //	               "deleted":false,"data":{...the row...}}, ...],
 //	     "next_cursor":"AaI..." | null, "has_more":true|false, "limit":100}
-//	    Link: <...?cursor=AaI...&limit=100>; rel="next"   (only when has_more)
+//	    Link: </changes?cursor=AaI...&limit=100>; rel="next"   (only when has_more;
+//	          absolute on Config.PublicURL, never on the client's Host header)
 //
 //	4xx/5xx {"error":{"code":"invalid_limit","message":"..."}}
 //

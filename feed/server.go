@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -39,8 +41,8 @@ type Table interface {
 type Config struct {
 	// Table is the data served. Required.
 	Table Table
-	// Key authenticates cursors (HMAC-SHA256); at least 16 bytes, 32 random
-	// bytes recommended. Servers that share a key recognise each other's
+	// Key authenticates cursors (HMAC-SHA256): at least 16 bytes with real
+	// entropy (CheckKey), 32 random bytes recommended. Servers that share a key recognise each other's
 	// cursors as foreign rather than tampered. Required.
 	Key []byte
 	// Collection, Filter and Tenant name what is served. They are not
@@ -54,6 +56,16 @@ type Config struct {
 	// AuthToken, when set, requires "Authorization: Bearer <AuthToken>".
 	// Default "": no authentication.
 	AuthToken string
+	// PublicURL, when set, is the changes endpoint's public URL (scheme,
+	// host and path, e.g. https://api.example.com/v1/changes): next links
+	// are built on it. Default "": next links are references relative to
+	// the request (/changes?cursor=...), never built from the client's
+	// Host header.
+	PublicURL string
+	// TrustForwarded builds next links from X-Forwarded-Proto and
+	// X-Forwarded-Host when PublicURL is not set. Set it only behind a
+	// proxy that sets (or strips) both. Default false.
+	TrustForwarded bool
 	// Faults injects failures for tests; nil in production. It can be
 	// changed later with SetFaults.
 	Faults Faults
@@ -80,8 +92,14 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Table == nil {
 		return nil, errors.New("feed: Config.Table is required")
 	}
-	if len(cfg.Key) < 16 {
-		return nil, fmt.Errorf("feed: the cursor key is %d bytes; use at least 16 (32 random bytes recommended)", len(cfg.Key))
+	if err := CheckKey(cfg.Key); err != nil {
+		return nil, fmt.Errorf("feed: %w", err)
+	}
+	if cfg.PublicURL != "" {
+		u, err := url.Parse(cfg.PublicURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			return nil, fmt.Errorf("feed: the public URL %q is not an http(s) URL of the endpoint without user info, query or fragment; write e.g. https://api.example.com/v1/changes", cfg.PublicURL)
+		}
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -237,7 +255,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if more {
 		last := rows[len(rows)-1]
 		next = EncodeCursor(s.cfg.Key, Cursor{Fingerprint: s.fp, Issued: s.cfg.Now(), UpdatedAt: last.UpdatedAt, ID: last.ID})
-		w.Header().Set("Link", "<"+nextURL(r, next, limit)+`>; rel="next"`)
+		w.Header().Set("Link", "<"+s.nextURL(r, next, limit)+`>; rel="next"`)
 	}
 	body := appendPage(make([]byte, 0, 256+len(rows)*256), rows, next, limit)
 	w.Header().Set("Content-Type", "application/json")
@@ -341,18 +359,71 @@ func parseLimit(q url.Values) (int, *CursorError) {
 }
 
 // nextURL is the request's URL with the next cursor and the effective limit,
-// and without since (the cursor supersedes it).
-func nextURL(r *http.Request, cursor string, limit int) string {
+// and without since (the cursor supersedes it). It is built on
+// Config.PublicURL, or with Config.TrustForwarded on X-Forwarded-Proto and
+// X-Forwarded-Host, else it is a reference relative to the request
+// (/changes?cursor=...): never on the client's Host header, which anyone
+// can set.
+func (s *Server) nextURL(r *http.Request, cursor string, limit int) string {
 	q := r.URL.Query()
 	q.Del("since")
 	q.Set("cursor", cursor)
 	q.Set("limit", strconv.Itoa(limit))
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
+	u := url.URL{Path: r.URL.Path, RawQuery: q.Encode()}
+	switch {
+	case s.cfg.PublicURL != "":
+		pub, _ := url.Parse(s.cfg.PublicURL) // checked by New
+		u.Scheme, u.Host, u.Path = pub.Scheme, pub.Host, pub.Path
+	case s.cfg.TrustForwarded:
+		proto := strings.ToLower(strings.TrimSpace(firstValue(r.Header.Get("X-Forwarded-Proto"))))
+		host := strings.TrimSpace(firstValue(r.Header.Get("X-Forwarded-Host")))
+		if (proto == "http" || proto == "https") && hostRE.MatchString(host) {
+			u.Scheme, u.Host = proto, host
+		}
 	}
-	u := url.URL{Scheme: scheme, Host: r.Host, Path: r.URL.Path, RawQuery: q.Encode()}
 	return u.String()
+}
+
+// hostRE is a host[:port] that may go into a URL: a name, an IPv4 or a
+// bracketed IPv6 address.
+var hostRE = regexp.MustCompile(`^([a-zA-Z0-9.-]+|\[[0-9a-fA-F:.]+\])(:[0-9]{1,5})?$`)
+
+// firstValue is the first of a comma-separated header value (the client's
+// side of a proxy chain).
+func firstValue(v string) string {
+	first, _, _ := strings.Cut(v, ",")
+	return first
+}
+
+// CheckKey says why key is not good enough to authenticate cursors: fewer
+// than 16 bytes, fewer than 8 distinct byte values, or under 64 bits by a
+// byte-frequency (Shannon) estimate, which catches 16 times "a" or a short
+// repeated pattern. A key of 32 random bytes, or their base64 or hex text,
+// passes.
+func CheckKey(key []byte) error {
+	var counts [256]int
+	distinct := 0
+	for _, b := range key {
+		if counts[b] == 0 {
+			distinct++
+		}
+		counts[b]++
+	}
+	bits := 0.0
+	for _, c := range counts {
+		if c > 0 {
+			p := float64(c) / float64(len(key))
+			bits -= float64(c) * math.Log2(p)
+		}
+	}
+	const how = "make one with: head -c 32 /dev/urandom | base64 > feed.key"
+	switch {
+	case len(key) < 16:
+		return fmt.Errorf("the cursor key is %d bytes; use at least 16 (32 random bytes recommended); %s", len(key), how)
+	case distinct < 8 || bits < 64:
+		return fmt.Errorf("the cursor key has too little entropy (%d distinct bytes, about %.0f bits); use random bytes, not a word or a pattern; %s", distinct, bits, how)
+	}
+	return nil
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg, retryAfter string) {
