@@ -19,53 +19,51 @@ func BenchmarkDigest(b *testing.B) {
 	}
 }
 
-// BenchmarkBoundaryPut is the per-row cost of remembering a published row
-// in B while it has room.
-func BenchmarkBoundaryPut(b *testing.B) {
+// BenchmarkBoundaryPublish is the per-row cost of remembering a published
+// row in B (its digest is deferred) and of meeting it again.
+func BenchmarkBoundaryPublish(b *testing.B) {
 	rows := make([]Row, 20000)
 	for i := range rows {
 		rows[i] = Row{ID: strconv.Itoa(1_000_000 + i), Value: []byte(`{"id":1,"v":"x"}`)}
 	}
-	bd := newBoundary(len(rows), nil)
+	bd := newBoundary()
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
 		r := &rows[i%len(rows)]
-		if !bd.seen(r) {
-			bd.published(r, int64(i))
+		h := idHash(r.ID)
+		if _, same := bd.seen(r, h); !same {
+			bd.publish(r, h, int64(i))
 		}
 		i++
 	}
 }
 
-// BenchmarkBoundaryEntries is the per-commit cost of turning a full B
-// (20,000 entries, the default bound) into the sorted checkpoint list,
-// before JSON encoding (see schemas.BenchmarkEncodeCheckpoint).
-func BenchmarkBoundaryEntries(b *testing.B) {
-	for _, n := range []int{1000, 20000} {
-		b.Run("entries="+strconv.Itoa(n), func(b *testing.B) {
-			bd := newBoundary(n, nil)
-			for i := range n {
-				bd.put(strconv.Itoa(1_000_000+i), 1_714_560_000_000_000+int64(i/50)*1000, uint64(i))
-			}
-			b.ReportAllocs()
-			for b.Loop() {
-				_ = bd.entries()
-			}
-		})
+// BenchmarkBoundarySeal is the per-commit cost of writing a transaction's
+// changes (10,000 entries, a full default transaction) as segments.
+func BenchmarkBoundarySeal(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		bd := newBoundary()
+		for i := range 10000 {
+			bd.put(strconv.Itoa(1_000_000+i), 1_714_560_000_000_000+int64(i/50)*1000, uint64(i))
+		}
+		b.StartTimer()
+		s := bd.seal()
+		bd.done(s, 1, []int64{1})
 	}
 }
 
-// BenchmarkBoundaryPrune is the per-commit mid-pass prune of a full B when
-// nothing falls out (the common case during an initial load with a
-// margin wider than one transaction).
+// BenchmarkBoundaryPrune is the per-commit prune of a full B when nothing
+// falls out (the common case with a margin wider than one transaction).
 func BenchmarkBoundaryPrune(b *testing.B) {
-	bd := newBoundary(20000, nil)
+	bd := newBoundary()
 	for i := range 20000 {
 		bd.put(strconv.Itoa(1_000_000+i), 1_714_560_000_000_000+int64(i), uint64(i))
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		bd.prune(0)
+		bd.prune(1_714_560_000_000_000 + 1)
 	}
 }

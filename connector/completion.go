@@ -24,11 +24,15 @@ type Completion struct {
 	Pages        int64 `json:"pages"`
 	Passes       int   `json:"passes"`
 	// Row counts of this run.
-	Raw            int64 `json:"raw"`
-	Published      int64 `json:"published"`
-	Deduped        int64 `json:"deduped"`
-	Tombstones     int64 `json:"tombstones"`
-	DedupeOverflow int64 `json:"dedupe_overflow"`
+	Raw        int64 `json:"raw"`
+	Published  int64 `json:"published"`
+	Deduped    int64 `json:"deduped"`
+	Tombstones int64 `json:"tombstones"`
+	// Reread rows came from the window below the watermark a pass started
+	// from (the margin's cost); DedupeEntries is the size of the dedupe
+	// set at the end.
+	Reread        int64 `json:"reread"`
+	DedupeEntries int64 `json:"dedupe_entries"`
 	// Termination says why the run ended and the evidence for the end.
 	Termination string `json:"termination"`
 	// Reconciliation is the result of the hard-delete sweep, if one ran.
@@ -67,7 +71,7 @@ func (e *Engine) completion(started time.Time, why string) *Completion {
 		Published:      cp.Counters.Published - e.startCounters.Published,
 		Deduped:        cp.Counters.Deduped - e.startCounters.Deduped,
 		Tombstones:     cp.Counters.Tombstones - e.startCounters.Tombstones,
-		DedupeOverflow: cp.Counters.DedupeOverflow - e.startCounters.DedupeOverflow,
+		DedupeEntries:  cp.Boundary.Entries,
 		Reconciliation: "not run",
 		Seq:            cp.Seq,
 		StartedAt:      schemas.FormatTime(started),
@@ -77,6 +81,7 @@ func (e *Engine) completion(started time.Time, why string) *Completion {
 	if e.cp != nil {
 		c.Raw = e.cp.Counters.Raw - e.startCounters.Raw
 		c.Deduped = e.cp.Counters.Deduped - e.startCounters.Deduped
+		c.Reread = e.cp.Counters.Reread - e.startCounters.Reread
 		c.Pages = e.cp.Counters.Pages - e.startCounters.Pages
 	}
 	c.View.Watermark = cp.Watermark
@@ -113,8 +118,8 @@ func (c *Completion) Text() string {
 	fmt.Fprintf(&b, "  fingerprint:  %s\n", c.Fingerprint)
 	fmt.Fprintf(&b, "  watermark:    %s\n", orInf(c.View.Watermark))
 	fmt.Fprintf(&b, "  committed:    %d transactions, %d pages, %d passes (checkpoint seq %d)\n", c.Transactions, c.Pages, c.Passes, c.Seq)
-	fmt.Fprintf(&b, "  rows:         %d read, %d published (%d tombstones), %d deduplicated, %d beyond the dedupe bound\n",
-		c.Raw, c.Published, c.Tombstones, c.Deduped, c.DedupeOverflow)
+	fmt.Fprintf(&b, "  rows:         %d read (%d re-read below the watermark), %d published (%d tombstones), %d deduplicated; dedupe set %d entries\n",
+		c.Raw, c.Reread, c.Published, c.Tombstones, c.Deduped, c.DedupeEntries)
 	fmt.Fprintf(&b, "  throughput:   %.0f rows/s\n", c.RowsPerSec)
 	fmt.Fprintf(&b, "  termination:  %s\n", c.Termination)
 	fmt.Fprintf(&b, "  reconciliation: %s\n", c.Reconciliation)

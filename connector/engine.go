@@ -23,12 +23,12 @@ type Publisher interface {
 	// Publish adds one row (an upsert, or a tombstone when Deleted) to the
 	// open transaction. Delivery errors may surface here or at Commit.
 	Publish(ctx context.Context, r *Row) error
-	// Commit writes checkpoint to the offsets topic and ledger to the
-	// ledger topic in the same transaction, flushes and commits. Either may
-	// be nil (a run-start ledger entry has no checkpoint). An error means
-	// the outcome is failed or unknown: the engine then calls Reset and
-	// reloads the checkpoint; it never retries a commit.
-	Commit(ctx context.Context, checkpoint, ledger []byte) error
+	// Commit ends the open transaction with c: the state records first,
+	// then the checkpoint built from their offsets, and the ledger entry,
+	// all in the same transaction. An error means the outcome is failed or
+	// unknown: the engine then calls Reset and reloads the checkpoint; it
+	// never retries a commit.
+	Commit(ctx context.Context, c *Commit) error
 	// Abort aborts the open transaction, if any.
 	Abort(ctx context.Context) error
 	// Reset discards the producer session after a failure and starts a new
@@ -37,11 +37,39 @@ type Publisher interface {
 	Reset(ctx context.Context) error
 }
 
+// Commit is what ends a transaction besides the data records.
+type Commit struct {
+	// State are records for the offsets topic other than the checkpoint:
+	// the dedupe set's segments, and tombstones (nil Value) of segments no
+	// longer needed. They are written before the checkpoint.
+	State []StateRecord
+	// Checkpoint encodes the checkpoint given the offsets State got, in
+	// order; nil for a transaction without one (a run-start entry).
+	Checkpoint func(stateOffsets []int64) ([]byte, error)
+	// Ledger is the ledger entry; nil for none.
+	Ledger []byte
+}
+
+// StateRecord is a keyed record of the offsets topic.
+type StateRecord struct {
+	Key   string
+	Value []byte
+}
+
+// StateRef names a committed state record: its key and offset.
+type StateRef struct {
+	Key    string
+	Offset int64
+}
+
 // CheckpointStore reads the latest committed checkpoint.
 type CheckpointStore interface {
 	// Load returns the latest committed checkpoint read read_committed, or
 	// nil when there is none.
 	Load(ctx context.Context) (*schemas.Checkpoint, error)
+	// State returns the values of committed state records, in the order of
+	// refs. A record that is missing or has another key is an error.
+	State(ctx context.Context, refs []StateRef) ([][]byte, error)
 }
 
 // Config configures an Engine. Zero values take the documented defaults.
@@ -62,9 +90,6 @@ type Config struct {
 	TxnMaxRecords  int
 	TxnMaxBytes    int64
 	TxnMaxDuration time.Duration
-	// DedupeMaxEntries bounds the boundary set B; default 20000 (0), and a
-	// negative value disables dedupe.
-	DedupeMaxEntries int
 	// Horizon enables horizon mode; the source must implement Horizoner.
 	Horizon bool
 	// Consistent makes the initial load read one fixed snapshot; the source
@@ -119,11 +144,6 @@ func (c *Config) defaults() {
 	if c.TxnMaxDuration <= 0 {
 		c.TxnMaxDuration = 5 * time.Second
 	}
-	if c.DedupeMaxEntries == 0 {
-		c.DedupeMaxEntries = 20000
-	} else if c.DedupeMaxEntries < 0 {
-		c.DedupeMaxEntries = 0 // dedupe disabled: every re-read is published again
-	}
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = 8
 	}
@@ -165,10 +185,14 @@ type Engine struct {
 	txNewest  int64  // µs; newest/oldest updated_at published in the txn
 	txOldest  int64
 	bMoved    bool // a B entry's timestamp moved since the last commit
+	// rereadBelow is the watermark the open pass started from (µs): rows
+	// at or below it are re-reads. passW marks it valid.
+	rereadBelow int64
+	passW       bool
 
 	// For the completion record.
 	startCounters schemas.Counters
-	committed     schemas.Checkpoint // last committed, without Boundary
+	committed     schemas.Checkpoint // last committed
 	resumedFrom   string
 	startReason   string
 	lastEnd       endEvidence
@@ -389,7 +413,7 @@ func (e *Engine) startRun(ctx context.Context) error {
 	for attempt := 1; ; attempt++ {
 		err := e.pub.Begin(ctx)
 		if err == nil {
-			err = e.pub.Commit(context.WithoutCancel(ctx), nil, b)
+			err = e.pub.Commit(context.WithoutCancel(ctx), &Commit{Ledger: b})
 		}
 		if err == nil {
 			e.log.Info("run started", "run_id", e.runID, "reason", e.startReason, "from", e.resumedFrom)
@@ -475,8 +499,9 @@ func (e *Engine) load(ctx context.Context, first bool) error {
 	cp.Fingerprint = e.cfg.Fingerprint
 	cp.FingerprintFields = e.cfg.FingerprintFields
 	cp.RunID = e.runID
-	e.b = newBoundary(e.cfg.DedupeMaxEntries, cp.Boundary)
-	cp.Boundary = nil
+	if err := e.loadBoundary(ctx, cp); err != nil {
+		return err
+	}
 	e.cp = cp
 	e.committed = *cp
 	if first {

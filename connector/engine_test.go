@@ -377,13 +377,13 @@ type failingCommit struct {
 	commits, failAt int
 }
 
-func (f *failingCommit) Commit(ctx context.Context, cp, led []byte) error {
+func (f *failingCommit) Commit(ctx context.Context, c *connector.Commit) error {
 	f.commits++
 	if f.commits == f.failAt {
 		_ = f.Publisher.Abort(ctx)
 		return fmt.Errorf("injected commit failure")
 	}
-	return f.Publisher.Commit(ctx, cp, led)
+	return f.Publisher.Commit(ctx, c)
 }
 
 type failingLoad struct {

@@ -19,11 +19,23 @@ func (e *Engine) pass(ctx context.Context) error {
 	case schemas.PhasePass:
 		// Resume the open pass at its stored cursor and lower bound.
 	case schemas.PhaseSnapshot:
-		// A snapshot cannot outlive its process: a new snapshot never
-		// continues an old position. Start the consistent load over.
-		e.log.Warn("an interrupted consistent initial load restarts from scratch under a new snapshot")
-		e.cp.Phase, e.cp.Cursor, e.cp.PassMax, e.cp.PassLow, e.cp.PassHorizon = schemas.PhaseIdle, "", "", "", ""
-		fallthrough
+		// Resume the consistent load at its committed cursor under a new
+		// snapshot. The watermark it hands over stays the first
+		// snapshot's start (PassHorizon): a row changed since then is
+		// read again by the incremental passes from there minus the
+		// margin, and every row after the cursor is read in its state
+		// now (docs/design.md, "Consistent initial load").
+		sn, ok := src.(Snapshotter)
+		if !ok {
+			return fmt.Errorf("the checkpoint holds an open consistent load, but the source %T cannot hold a snapshot: %w", src, ErrPermanent)
+		}
+		snap, err := sn.Snapshot(ctx)
+		if err != nil {
+			return staged("source", fmt.Errorf("open a new snapshot to resume the consistent initial load: %w", err))
+		}
+		defer snap.Close(context.WithoutCancel(ctx))
+		src = snap
+		e.log.Info("resuming the consistent initial load under a new snapshot", "cursor", e.cp.Cursor, "watermark_after_load", e.cp.PassHorizon)
 	default:
 		// In horizon mode the oldest open writer is sampled before anything
 		// is read: a writer still open then caps W at its start; one that
@@ -44,6 +56,7 @@ func (e *Engine) pass(ctx context.Context) error {
 			defer snap.Close(context.WithoutCancel(ctx))
 			src = snap
 			e.cp.Phase = schemas.PhaseSnapshot
+			e.cp.PassMark = snap.Mark()
 			wcap := snap.Start()
 			if e.cfg.Horizon {
 				wcap = capOf(h, minTime(h.Now, wcap))
@@ -54,6 +67,14 @@ func (e *Engine) pass(ctx context.Context) error {
 			e.cp.PassHorizon = ""
 			if e.cfg.Horizon {
 				e.cp.PassHorizon = schemas.FormatTime(capOf(h, h.Now))
+			}
+			e.cp.PassMark = ""
+			if m, ok := e.src.(Marker); ok {
+				mark, err := m.Mark(ctx)
+				if err != nil {
+					return staged("source", fmt.Errorf("mark the start of the pass: %w", err))
+				}
+				e.cp.PassMark = mark
 			}
 		}
 		e.cp.PassLow = ""
@@ -76,13 +97,25 @@ func (e *Engine) pass(ctx context.Context) error {
 		}
 		since = t
 	}
+	e.passW = false
+	if e.cp.Watermark != "" && e.cp.Phase == schemas.PhasePass {
+		w, err := schemas.ParseTime(e.cp.Watermark)
+		if err != nil {
+			return e.corrupt("watermark", err)
+		}
+		e.rereadBelow, e.passW = w.UnixMicro(), true
+	}
+	skip := e.cp.SeenMark
+	if e.cp.Phase == schemas.PhaseSnapshot {
+		skip = "" // a load reads everything
+	}
 	e.log.Debug("pass", "phase", e.cp.Phase, "since", orInf(e.cp.PassLow), "cursor", e.cp.Cursor)
 	pages := 0
 	for {
 		if ctx.Err() != nil {
 			return e.finish(ctx)
 		}
-		req := PageRequest{Since: since, Cursor: e.cp.Cursor, Limit: e.cfg.PageSize}
+		req := PageRequest{Since: since, Cursor: e.cp.Cursor, Limit: e.cfg.PageSize, Skip: skip, Mark: e.cp.PassMark}
 		fetchStart := time.Now()
 		page, err := src.Page(ctx, req)
 		if err != nil {
@@ -144,12 +177,25 @@ func (e *Engine) apply(ctx context.Context, rows []Row) error {
 			passMax, hasMax = ts, true
 		}
 		e.cp.Counters.Raw++
-		if e.b.seen(r) {
-			e.cp.Counters.Deduped++
-			if e.b.touch(r.ID, ts) {
-				e.bMoved = true
+		if e.passW && ts <= e.rereadBelow {
+			e.cp.Counters.Reread++
+		}
+		// A row B knows with the same record is a re-read: skipped.
+		// A settled row (the source proves no later pass returns this
+		// version) only needs an entry if B already has one to correct.
+		var h uint64
+		known := false
+		if e.b.Len() > 0 || !r.Settled {
+			h = idHash(r.ID)
+			idx, same := e.b.seen(r, h)
+			if same {
+				e.cp.Counters.Deduped++
+				if e.b.touch(idx, ts) {
+					e.bMoved = true
+				}
+				continue
 			}
-			continue
+			known = idx >= 0
 		}
 		if !e.txOpen {
 			if err := e.pub.Begin(ctx); err != nil {
@@ -174,8 +220,8 @@ func (e *Engine) apply(ctx context.Context, rows []Row) error {
 		if r.Deleted {
 			e.cp.Counters.Tombstones++
 		}
-		if !e.b.published(r, ts) {
-			e.cp.Counters.DedupeOverflow++
+		if known || !r.Settled {
+			e.b.publish(r, h, ts)
 		}
 	}
 	if hasMax {
@@ -229,15 +275,13 @@ func (e *Engine) endPass(ctx context.Context) error {
 	wasPass := e.cp.Phase
 	e.cp.Phase = schemas.PhaseIdle
 	e.cp.Cursor, e.cp.PassLow, e.cp.PassMax, e.cp.PassHorizon = "", "", "", ""
+	e.cp.SeenMark, e.cp.PassMark = e.cp.PassMark, ""
 	e.cp.Counters.Passes++
-	if e.cp.Watermark != "" {
-		w, _ := schemas.ParseTime(e.cp.Watermark)
-		e.b.prune(w.Add(-e.cfg.Margin).UnixMicro())
-	}
 	// A pass that published nothing and moved nothing commits nothing: an
 	// unchanged table costs no transaction. The committed checkpoint
 	// already says "idle at W", unless the pass was resumed.
-	if !e.txOpen && !e.bMoved && e.cp.Watermark == oldW && e.committed.Phase == schemas.PhaseIdle && wasPass != schemas.PhaseSnapshot {
+	if !e.txOpen && !e.bMoved && e.cp.Watermark == oldW && e.cp.SeenMark == e.committed.SeenMark &&
+		e.committed.Phase == schemas.PhaseIdle && wasPass != schemas.PhaseSnapshot {
 		e.resetTx()
 		return nil
 	}
@@ -253,38 +297,45 @@ func (e *Engine) commit(ctx context.Context) error {
 		}
 		e.txOpen = true
 	}
-	e.pruneMidPass()
 	e.cp.Seq++
 	e.cp.Counters.Transactions++
 	e.cp.CommittedAt = schemas.FormatTime(e.cfg.Now())
-	e.cp.Boundary = e.b.entries()
-	buf, err := schemas.EncodeCheckpoint(e.cp)
-	e.cp.Boundary = nil
+	sealed, state, floor, err := e.sealBoundary()
 	if err != nil {
 		e.abort(ctx)
-		return fmt.Errorf("encode checkpoint: %w", err)
+		return err
 	}
 	led, err := schemas.EncodeLedgerEntry(e.ledgerEntry())
 	if err != nil {
 		e.abort(ctx)
 		return fmt.Errorf("encode ledger entry: %w", err)
 	}
+	var unitOffsets []int64
+	c := &Commit{State: state, Ledger: led, Checkpoint: func(offs []int64) ([]byte, error) {
+		if len(offs) != len(state) {
+			return nil, fmt.Errorf("%d offsets for %d state records", len(offs), len(state))
+		}
+		unitOffsets = offs[:len(sealed.segments)]
+		e.cp.Boundary = e.b.state(floor, sealed, e.cp.Seq, unitOffsets)
+		return schemas.EncodeCheckpoint(e.cp)
+	}}
 	// Never cancel an in-flight EndTransaction: finish on a context that
 	// survives shutdown, bounded by a timeout.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
 	took := time.Now()
-	err = e.pub.Commit(cctx, buf, led)
+	err = e.pub.Commit(cctx, c)
 	e.txOpen = false
 	if err != nil {
 		e.cfg.Observer.ObserveAbort()
 		return staged("kafka", fmt.Errorf("commit transaction seq %d: %w", e.cp.Seq, err))
 	}
+	e.b.done(sealed, e.cp.Seq, unitOffsets)
 	failpoint.Hit(failpoint.AfterCommit)
 	e.observeCommit(time.Since(took))
 	e.log.Info("committed", "seq", e.cp.Seq, "records", e.txRecords, "pages", e.txPages,
 		"phase", e.cp.Phase, "watermark", orInf(e.cp.Watermark), "cursor", e.cp.Cursor,
-		"took", time.Since(took).Round(time.Microsecond))
+		"dedupe_entries", e.cp.Boundary.Entries, "took", time.Since(took).Round(time.Microsecond))
 	e.committed = *e.cp
 	e.resetTx()
 	return nil
@@ -338,34 +389,6 @@ func fnv64(s string) uint64 {
 		h *= 1099511628211
 	}
 	return h
-}
-
-// pruneMidPass drops B entries that neither this pass (its cursor is past
-// them) nor any later pass (it starts at W' - M, and W' >= the current lower
-// candidate) can read again. In horizon mode the end-of-pass horizon is not
-// known yet, so an entry pruned here may be read again: that costs a
-// duplicate publication, never a row.
-func (e *Engine) pruneMidPass() {
-	// A consistent load that is interrupted restarts from scratch and reads
-	// every row again, so while W is minus infinity B keeps all it can.
-	if e.cp.Phase != schemas.PhasePass || e.cp.PassMax == "" {
-		return
-	}
-	cand, err := schemas.ParseTime(e.cp.PassMax)
-	if err != nil {
-		return
-	}
-	if e.cp.PassHorizon != "" {
-		if c, err := schemas.ParseTime(e.cp.PassHorizon); err == nil {
-			cand = minTime(cand, c)
-		}
-	}
-	if e.cp.Watermark != "" {
-		if w, err := schemas.ParseTime(e.cp.Watermark); err == nil && w.After(cand) {
-			cand = w
-		}
-	}
-	e.b.prune(cand.Add(-e.cfg.Margin).UnixMicro())
 }
 
 // finish ends the open transaction on shutdown: the pages already handed to

@@ -14,11 +14,16 @@ type Row struct {
 	// Deleted marks a soft-deleted row: it is published as a tombstone.
 	Deleted bool
 	// Value is the row encoded as a JSON object (nil when Deleted). The
-	// source owns the encoding (CONTRACT §4); the engine only digests it.
+	// source owns the encoding (docs/design.md, "Records"); the engine only
+	// digests it.
 	// Ownership passes to the caller: the engine hands Value to the producer,
 	// which holds it until the transaction commits, so a source must never
 	// reuse that memory for a later page.
 	Value []byte
+	// Settled is set when no later pass will return this version of the
+	// row again (see PageRequest.Mark), so the dedupe set need not
+	// remember it.
+	Settled bool
 }
 
 // PageRequest asks a source for the next page of a pass.
@@ -32,6 +37,14 @@ type PageRequest struct {
 	Cursor string
 	// Limit is the maximum number of rows to return.
 	Limit int
+	// Skip is a token from Marker.Mark of an earlier pass ("" = none): the
+	// source may leave out row versions it can prove that pass returned
+	// (or would have, had it reached them), because they are unchanged.
+	Skip string
+	// Mark is the token of the current pass ("" = none): a row version that
+	// a later pass with Skip = Mark is sure to leave out is flagged
+	// Row.Settled.
+	Mark string
 }
 
 // Page is one page of a pass.
@@ -58,13 +71,15 @@ type Source interface {
 type Horizon struct {
 	// Now is the upstream's clock when the sample was taken.
 	Now time.Time
-	// OldestWriter is the start time of the oldest transaction that is still
-	// running and holds a transaction id; zero when there is none.
+	// OldestWriter is the start time of the oldest client transaction that
+	// is still open (whether or not it has written yet); zero when there is
+	// none.
 	OldestWriter time.Time
 }
 
 // Horizoner is implemented by sources that can report their oldest open
-// writer, for horizon mode (CONTRACT §3). Discovered by type assertion.
+// writer, for horizon mode (docs/design.md, "Horizon mode"). Discovered by
+// type assertion.
 type Horizoner interface {
 	Horizon(ctx context.Context) (Horizon, error)
 }
@@ -74,12 +89,23 @@ type SnapshotSource interface {
 	Source
 	// Start is the upstream's clock when the view was taken.
 	Start() time.Time
+	// Mark is the view's token (see Marker); "" when the source has none.
+	Mark() string
 	// Close releases the view.
 	Close(ctx context.Context) error
 }
 
 // Snapshotter is implemented by sources that can serve a consistent initial
-// load from one fixed view (CONTRACT §3, consistent mode).
+// load from one fixed view (docs/design.md, "Consistent initial load").
 type Snapshotter interface {
 	Snapshot(ctx context.Context) (SnapshotSource, error)
+}
+
+// Marker is implemented by sources that can prove which row versions an
+// earlier pass already saw, so that a pass re-reads only what changed
+// (docs/design.md, "What a pass re-reads"). Discovered by type assertion.
+type Marker interface {
+	// Mark returns an opaque token for a pass about to start, before it
+	// reads anything.
+	Mark(ctx context.Context) (string, error)
 }

@@ -133,7 +133,7 @@ func (e *Engine) Sweep(ctx context.Context, topic TopicView) (SweepResult, error
 		}
 		// Keep B truthful, so the walk does not publish the same value again.
 		ts := r.UpdatedAt.UnixMicro()
-		if _, inB := e.b.m[r.ID]; inB || ts >= lowB {
+		if _, inB := e.b.find(idHash(r.ID)); inB || ts >= lowB {
 			e.b.put(r.ID, ts, Digest(r))
 		}
 		return commitIfFull()

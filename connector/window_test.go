@@ -21,7 +21,7 @@ func TestTieGroupBeyondEveryBound(t *testing.T) {
 	for i := range n {
 		m.set(fmt.Sprintf("k%05d", i), t0.Add(time.Duration(i)*time.Millisecond), "v1", false)
 	}
-	cfg := connector.Config{PageSize: 250, TxnMaxRecords: 1000, Margin: 10 * time.Second, DedupeMaxEntries: 1000}
+	cfg := connector.Config{PageSize: 250, TxnMaxRecords: 1000, Margin: 10 * time.Second}
 	if c := r.once(m, cfg); c.Published != n {
 		t.Fatalf("initial load published %d, want %d", c.Published, n)
 	}

@@ -46,6 +46,14 @@ func ScanTail(ctx context.Context, opts []kgo.Opt, topic string, n int64, fn fun
 	return scanRanges(ctx, opts, topic, starts, ends, nil, fn)
 }
 
+// ScanRange calls fn for every committed data record of one partition of
+// topic from offset from up to and including offset to, which must be a
+// committed data record (so that the scan knows it is done when it sees
+// it).
+func ScanRange(ctx context.Context, opts []kgo.Opt, topic string, partition int32, from, to int64, fn func(*kgo.Record) error) error {
+	return scanRanges(ctx, opts, topic, map[int32]int64{partition: from}, map[int32]int64{partition: to + 1}, []int32{partition}, fn)
+}
+
 // scanRanges calls fn for every committed data record of the partitions
 // (all of ends when parts is nil) from starts up to ends (exclusive), in
 // offset order per partition.

@@ -100,6 +100,50 @@ func (s *Store) latest(ctx context.Context) (*schemas.Checkpoint, error) {
 	return nil, nil
 }
 
+// State returns the values of committed state records of the offsets topic
+// (the dedupe set's segments), in the order of refs. A record that is not
+// there, or holds another key, wraps connector.ErrStateDamaged.
+func (s *Store) State(ctx context.Context, refs []connector.StateRef) ([][]byte, error) {
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	want := make(map[int64]int, len(refs))
+	lo, hi := refs[0].Offset, refs[0].Offset
+	for i, r := range refs {
+		want[r.Offset] = i
+		lo, hi = min(lo, r.Offset), max(hi, r.Offset)
+	}
+	out := make([][]byte, len(refs))
+	found := 0
+	err := fold.ScanRange(ctx, s.opts, s.topic, 0, lo, hi, func(r *kgo.Record) error {
+		i, ok := want[r.Offset]
+		if !ok {
+			return nil
+		}
+		if string(r.Key) != refs[i].Key {
+			return fmt.Errorf("%w: offset %d of %s holds key %q, not %q", connector.ErrStateDamaged, r.Offset, s.topic, r.Key, refs[i].Key)
+		}
+		if r.Value == nil {
+			return fmt.Errorf("%w: offset %d of %s (key %q) is a tombstone", connector.ErrStateDamaged, r.Offset, s.topic, r.Key)
+		}
+		out[i] = r.Value
+		found++
+		if found == len(refs) {
+			return fold.ErrStop
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read %d state records of %q from %s: %w", len(refs), s.connector, s.topic, err)
+	}
+	for i, v := range out {
+		if v == nil {
+			return nil, fmt.Errorf("%w: %s offset %d (key %q) is gone", connector.ErrStateDamaged, s.topic, refs[i].Offset, refs[i].Key)
+		}
+	}
+	return out, nil
+}
+
 // noRecordsOfOurs fails when the data topic already holds a committed record
 // published by this connector.
 func (s *Store) noRecordsOfOurs(ctx context.Context) error {

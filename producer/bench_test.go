@@ -80,14 +80,14 @@ func BenchmarkWriterTxn(b *testing.B) {
 				}
 				i++
 				if i%per == 0 {
-					if err := w.Commit(ctx, checkpoint, nil); err != nil {
+					if err := w.Commit(ctx, &connector.Commit{Checkpoint: func([]int64) ([]byte, error) { return checkpoint, nil }}); err != nil {
 						b.Fatal(err)
 					}
 					open = false
 				}
 			}
 			if open {
-				if err := w.Commit(ctx, checkpoint, nil); err != nil {
+				if err := w.Commit(ctx, &connector.Commit{Checkpoint: func([]int64) ([]byte, error) { return checkpoint, nil }}); err != nil {
 					b.Fatal(err)
 				}
 			}

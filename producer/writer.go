@@ -38,10 +38,11 @@ type Config struct {
 // TransactionalID is the transactional id of connector name.
 func TransactionalID(name string) string { return "tidemark-" + name }
 
-// MaxCheckpointBytes bounds one checkpoint record (and so one produce batch
-// on the offsets topic, which EnsureTopics creates with a matching
-// max.message.bytes).
-const MaxCheckpointBytes = 8 << 20
+// MaxCheckpointBytes bounds one checkpoint record. A checkpoint no longer
+// holds the dedupe set (its segments are separate records of at most
+// schemas.MaxSegmentEntries entries), so in practice it is a few KiB, and
+// every record of the offsets topic fits Kafka's default max.message.bytes.
+const MaxCheckpointBytes = 1 << 20
 
 // Writer publishes rows and checkpoints transactionally.
 type Writer struct {
@@ -90,14 +91,9 @@ func (w *Writer) open(ctx context.Context) error {
 		kgo.TransactionTimeout(w.cfg.TransactionTimeout),
 		// Java-compatible murmur2 of the key bytes.
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
-		// The offsets topic is created with max.message.bytes =
-		// MaxCheckpointBytes; every other topic keeps Kafka's default.
-		kgo.ProducerBatchMaxBytesFn(func(topic string) int32 {
-			if topic == w.cfg.OffsetsTopic {
-				return MaxCheckpointBytes
-			}
-			return 1_000_012
-		}),
+		// Kafka's default max.message.bytes for every topic: a dedupe-set
+		// segment or a checkpoint always fits in one batch of it.
+		kgo.ProducerBatchMaxBytes(1_000_012),
 		kgo.ProducerBatchCompression(kgo.NoCompression()),
 		kgo.MaxBufferedRecords(100_000),
 		kgo.ProducerLinger(0),
@@ -227,20 +223,55 @@ func opValue(op string) []byte {
 	return upsertValue
 }
 
-// Commit produces the checkpoint and the ledger entry (either may be nil),
-// flushes everything and commits. Any failure leaves the outcome to Reset:
-// the engine never retries a commit.
-func (w *Writer) Commit(ctx context.Context, checkpoint, ledger []byte) error {
-	if len(checkpoint) > MaxCheckpointBytes-4096 {
-		_ = w.Abort(ctx)
-		return fmt.Errorf("checkpoint of %d bytes exceeds %d; lower sync.dedupe_max_entries: %w", len(checkpoint), MaxCheckpointBytes, connector.ErrPermanent)
+// Commit ends the open transaction with c: it produces the state records
+// and waits for their offsets, then the checkpoint built from them and the
+// ledger entry, flushes everything and commits. Any failure leaves the
+// outcome to Reset: the engine never retries a commit.
+func (w *Writer) Commit(ctx context.Context, c *connector.Commit) error {
+	var offsets []int64
+	if len(c.State) > 0 {
+		offsets = make([]int64, len(c.State))
+		for i, st := range c.State {
+			rec := &kgo.Record{Topic: w.cfg.OffsetsTopic, Key: []byte(st.Key), Value: st.Value}
+			w.cl.Produce(ctx, rec, func(r *kgo.Record, err error) {
+				if err != nil {
+					w.promise(r, err)
+					return
+				}
+				offsets[i] = r.Offset // before Flush returns
+			})
+		}
+		if err := w.flush(ctx); err != nil {
+			return err
+		}
 	}
-	if checkpoint != nil {
+	if c.Checkpoint != nil {
+		checkpoint, err := c.Checkpoint(offsets)
+		if err != nil {
+			_ = w.Abort(ctx)
+			return fmt.Errorf("encode checkpoint: %w", err)
+		}
+		if len(checkpoint) > MaxCheckpointBytes-4096 {
+			_ = w.Abort(ctx)
+			return fmt.Errorf("checkpoint of %d bytes exceeds %d: %w", len(checkpoint), MaxCheckpointBytes, connector.ErrPermanent)
+		}
 		w.cl.Produce(ctx, &kgo.Record{Topic: w.cfg.OffsetsTopic, Key: []byte(w.cfg.Name), Value: checkpoint}, w.promise)
 	}
-	if ledger != nil && w.cfg.LedgerTopic != "" {
-		w.cl.Produce(ctx, &kgo.Record{Topic: w.cfg.LedgerTopic, Key: []byte(w.cfg.Name), Value: ledger}, w.promise)
+	if c.Ledger != nil && w.cfg.LedgerTopic != "" {
+		w.cl.Produce(ctx, &kgo.Record{Topic: w.cfg.LedgerTopic, Key: []byte(w.cfg.Name), Value: c.Ledger}, w.promise)
 	}
+	if err := w.flush(ctx); err != nil {
+		return err
+	}
+	failpoint.Hit(failpoint.DuringCommit)
+	if err := w.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		return fmt.Errorf("end transaction (commit): %w", classify(err))
+	}
+	return nil
+}
+
+// flush waits for every record produced so far; on a failure it aborts.
+func (w *Writer) flush(ctx context.Context) error {
 	if err := w.cl.Flush(ctx); err != nil {
 		_ = w.Abort(ctx)
 		return fmt.Errorf("flush: %w", classify(err))
@@ -248,10 +279,6 @@ func (w *Writer) Commit(ctx context.Context, checkpoint, ledger []byte) error {
 	if err := w.failed(); err != nil {
 		_ = w.Abort(ctx)
 		return classify(err)
-	}
-	failpoint.Hit(failpoint.DuringCommit)
-	if err := w.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
-		return fmt.Errorf("end transaction (commit): %w", classify(err))
 	}
 	return nil
 }

@@ -107,7 +107,7 @@ func TestPartitioningIsJavaCompatible(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := w.Commit(ctx, []byte(`{}`), nil); err != nil {
+	if err := w.Commit(ctx, &connector.Commit{Checkpoint: func([]int64) ([]byte, error) { return []byte(`{}`), nil }}); err != nil {
 		t.Fatal(err)
 	}
 	n := 0

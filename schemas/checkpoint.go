@@ -3,12 +3,11 @@ package schemas
 import (
 	"encoding/json"
 	"fmt"
-	"strconv"
 )
 
-// CheckpointVersion is the checkpoint format this build writes and the only
-// one it reads.
-const CheckpointVersion = 1
+// CheckpointVersion is the checkpoint format this build writes. It also
+// reads version 1, whose dedupe set was a list inside the record.
+const CheckpointVersion = 2
 
 // Phases of a checkpoint.
 const (
@@ -16,8 +15,9 @@ const (
 	PhaseIdle = "idle"
 	// PhasePass: a pass is open; resume it at Cursor with the same PassLow.
 	PhasePass = "pass"
-	// PhaseSnapshot: a consistent initial load was interrupted. A snapshot
-	// cannot outlive its process, so the load restarts from scratch.
+	// PhaseSnapshot: a consistent initial load is open. It resumes at
+	// Cursor under a new snapshot; PassHorizon keeps the first snapshot's
+	// start, the watermark the load hands to the incremental passes.
 	PhaseSnapshot = "snapshot"
 )
 
@@ -41,16 +41,26 @@ type Checkpoint struct {
 	PassLow string `json:"pass_low"`
 	// PassMax is the largest updated_at committed so far in the open pass.
 	PassMax string `json:"pass_max"`
-	// PassHorizon (horizon mode only) caps the watermark this pass may reach:
-	// the earlier of the upstream clock and the start of the oldest open
-	// writer, sampled when the pass began ("" = no cap).
+	// PassHorizon caps the watermark this pass may reach ("" = no cap): the
+	// upstream's clock when the pass began, and in horizon mode the start of
+	// the oldest open writer if earlier. For a consistent load it is the
+	// first snapshot's start, which becomes the watermark.
 	PassHorizon string `json:"pass_horizon"`
 	// Cursor is the source's opaque cursor of the first page not yet
 	// committed ("" = the first page of the pass).
 	Cursor string `json:"cursor"`
-	// Boundary is the dedupe set B: rows near the watermark and the digest of
-	// the value last published for them.
-	Boundary []BoundaryEntry `json:"boundary"`
+	// Boundary locates the dedupe set B: its floor and the segments of the
+	// offsets topic that hold it (see BoundaryState).
+	Boundary BoundaryState `json:"boundary"`
+	// SeenMark is the source's token of the last finished pass ("" = none):
+	// row versions it proves that pass saw are not returned again.
+	SeenMark string `json:"seen_mark"`
+	// PassMark is the open pass's own token, which becomes SeenMark when the
+	// pass ends ("" = the source gives none).
+	PassMark string `json:"pass_mark"`
+	// Legacy is the dedupe set of a version 1 checkpoint, which held it
+	// inline; DecodeCheckpoint fills it and it is never written.
+	Legacy []BoundaryEntry `json:"-"`
 
 	RunID    string   `json:"run_id"`
 	Seq      int64    `json:"seq"`
@@ -101,9 +111,9 @@ type Reset struct {
 	Watermark string `json:"watermark"`
 }
 
-// BoundaryEntry is one member of the dedupe set: id, updated_at in
-// microseconds since the Unix epoch, and the 16-hex-digit value digest. It is
-// encoded as a three-element JSON array to keep checkpoints small.
+// BoundaryEntry is one member of a version 1 checkpoint's inline dedupe
+// set: id, updated_at in microseconds since the Unix epoch, and the
+// 16-hex-digit digest of the value alone, as a three-element JSON array.
 type BoundaryEntry struct {
 	ID        string
 	UpdatedAt int64
@@ -111,7 +121,9 @@ type BoundaryEntry struct {
 }
 
 // MarshalJSON encodes the entry as [id, micros, "digest"].
-func (e BoundaryEntry) MarshalJSON() ([]byte, error) { return e.appendJSON(nil), nil }
+func (e BoundaryEntry) MarshalJSON() ([]byte, error) {
+	return json.Marshal([]any{e.ID, e.UpdatedAt, fmt.Sprintf("%016x", e.Digest)})
+}
 
 // UnmarshalJSON decodes [id, micros, "digest"].
 func (e *BoundaryEntry) UnmarshalJSON(b []byte) error {
@@ -146,9 +158,10 @@ type Counters struct {
 	Deduped int64 `json:"deduped"`
 	// Tombstones published (part of Published).
 	Tombstones int64 `json:"tombstones"`
-	// DedupeOverflow counts rows that could not enter B because it was full;
-	// a re-read of such a row is published again (never lost).
-	DedupeOverflow int64 `json:"dedupe_overflow"`
+	// Reread counts rows read again from the window below the watermark a
+	// pass started from: the price of the margin (published when changed,
+	// deduplicated otherwise).
+	Reread int64 `json:"reread"`
 	// Transactions and Pages committed; Passes finished.
 	Transactions int64 `json:"transactions"`
 	Pages        int64 `json:"pages"`
@@ -156,78 +169,55 @@ type Counters struct {
 }
 
 // EncodeCheckpoint encodes c as JSON. Empty collections are written as []
-// and {} rather than null. The boundary set, up to tens of thousands of
-// entries, is encoded by hand: encoding/json would call MarshalJSON per entry
-// and then re-scan its output.
+// and {} rather than null.
 func EncodeCheckpoint(c *Checkpoint) ([]byte, error) {
 	d := *c
-	d.Boundary = nil
 	if d.FingerprintFields == nil {
 		d.FingerprintFields = map[string]string{}
 	}
-	head, err := json.Marshal(checkpointNoBoundary(d))
-	if err != nil {
-		return nil, err
+	if d.Boundary.Units == nil {
+		d.Boundary.Units = []BoundaryUnit{}
 	}
-	b := make([]byte, 0, len(head)+32+len(c.Boundary)*48)
-	b = append(b, head[:len(head)-1]...) // drop the closing brace
-	b = append(b, `,"boundary":[`...)
-	for i, e := range c.Boundary {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = e.appendJSON(b)
-	}
-	return append(b, "]}"...), nil
+	return json.Marshal(&d)
 }
 
-// checkpointNoBoundary is Checkpoint without its boundary field, which
-// EncodeCheckpoint appends itself.
-type checkpointNoBoundary Checkpoint
-
-func (c checkpointNoBoundary) MarshalJSON() ([]byte, error) {
-	type plain Checkpoint // no methods: no recursion
-	return json.Marshal(struct {
-		plain
-		Boundary *struct{} `json:"boundary,omitempty"` // shadows plain.Boundary; nil = omitted
-	}{plain: plain(c)})
+// checkpointV1 reads a version 1 checkpoint, whose boundary was the list
+// of entries itself.
+type checkpointV1 struct {
+	Checkpoint
+	Boundary []BoundaryEntry `json:"boundary"`
+	Counters struct {
+		Counters
+		DedupeOverflow int64 `json:"dedupe_overflow"`
+	} `json:"counters"`
 }
 
-func (e BoundaryEntry) appendJSON(b []byte) []byte {
-	b = append(b, '[')
-	b = appendJSONString(b, e.ID)
-	b = append(b, ',')
-	b = strconv.AppendInt(b, e.UpdatedAt, 10)
-	b = append(b, ',', '"')
-	const hexd = "0123456789abcdef"
-	for shift := 60; shift >= 0; shift -= 4 {
-		b = append(b, hexd[(e.Digest>>uint(shift))&0xf])
-	}
-	return append(b, '"', ']')
-}
-
-// appendJSONString appends s as a JSON string; plain ASCII is copied,
-// anything else goes through encoding/json.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s)
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
-}
-
-// DecodeCheckpoint decodes and checks the version.
+// DecodeCheckpoint decodes and checks the version. A version 1 checkpoint
+// is converted: its inline dedupe set goes to Legacy.
 func DecodeCheckpoint(b []byte) (*Checkpoint, error) {
-	var c Checkpoint
-	if err := json.Unmarshal(b, &c); err != nil {
+	var probe struct {
+		Version int `json:"version"`
+	}
+	if err := json.Unmarshal(b, &probe); err != nil {
 		return nil, fmt.Errorf("decode checkpoint: %w", err)
 	}
-	if c.Version != CheckpointVersion {
-		return nil, fmt.Errorf("checkpoint format version %d is not supported by this build (it reads version %d); run the tidemark release that wrote it, or reset", c.Version, CheckpointVersion)
+	switch probe.Version {
+	case CheckpointVersion:
+		var c Checkpoint
+		if err := json.Unmarshal(b, &c); err != nil {
+			return nil, fmt.Errorf("decode checkpoint: %w", err)
+		}
+		return &c, nil
+	case 1:
+		var v1 checkpointV1
+		if err := json.Unmarshal(b, &v1); err != nil {
+			return nil, fmt.Errorf("decode version 1 checkpoint: %w", err)
+		}
+		c := v1.Checkpoint
+		c.Version = CheckpointVersion
+		c.Counters = v1.Counters.Counters
+		c.Legacy = v1.Boundary
+		return &c, nil
 	}
-	return &c, nil
+	return nil, fmt.Errorf("checkpoint format version %d is not supported by this build (it reads versions 1 and %d); run the tidemark release that wrote it, or reset", probe.Version, CheckpointVersion)
 }

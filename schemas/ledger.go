@@ -5,8 +5,9 @@ import (
 	"fmt"
 )
 
-// LedgerVersion is the ledger entry format this build writes and reads.
-const LedgerVersion = 1
+// LedgerVersion is the ledger entry format this build writes. Version 1
+// (whose counters had dedupe_overflow instead of reread) is read too.
+const LedgerVersion = 2
 
 // Ledger entry kinds.
 const (
@@ -73,8 +74,8 @@ func DecodeLedgerEntry(b []byte) (*LedgerEntry, error) {
 	if err := json.Unmarshal(b, &e); err != nil {
 		return nil, fmt.Errorf("decode ledger entry: %w", err)
 	}
-	if e.Version != LedgerVersion {
-		return nil, fmt.Errorf("ledger entry format version %d is not supported by this build (it reads version %d)", e.Version, LedgerVersion)
+	if e.Version != LedgerVersion && e.Version != 1 {
+		return nil, fmt.Errorf("ledger entry format version %d is not supported by this build (it reads versions 1 and %d)", e.Version, LedgerVersion)
 	}
 	return &e, nil
 }

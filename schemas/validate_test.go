@@ -2,6 +2,7 @@ package schemas_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 	"reflect"
 	"regexp"
@@ -26,10 +27,13 @@ func realCheckpoint() *schemas.Checkpoint {
 		PassMax:           ts,
 		PassHorizon:       "",
 		Cursor:            `opaque:{"ts":"x","id":"42"}`,
-		Boundary: []schemas.BoundaryEntry{
-			{ID: "42", UpdatedAt: 1714564800000001, Digest: 0xdeadbeef},
-			{ID: "", UpdatedAt: -5, Digest: ^uint64(0)},
+		Boundary: schemas.BoundaryState{
+			Floor:   schemas.FormatTime(time.Date(2024, 5, 1, 11, 59, 50, 1000, time.UTC)),
+			Entries: 3,
+			Units:   []schemas.BoundaryUnit{{Seq: 5, Offsets: []int64{12, 13}, Entries: 40000}, {Seq: 7, Offsets: []int64{20}, Entries: 2}},
 		},
+		SeenMark:    "x1:1234",
+		PassMark:    "x1:1240",
 		RunID:       "run-1",
 		Seq:         7,
 		Counters:    schemas.Counters{Raw: 10, Published: 8, Deduped: 2, Tombstones: 1, Transactions: 7, Pages: 9, Passes: 1},
@@ -50,9 +54,9 @@ func TestCheckpointValid(t *testing.T) {
 	for name, mod := range map[string]func(c *schemas.Checkpoint){
 		"pass": func(c *schemas.Checkpoint) {},
 		"initial": func(c *schemas.Checkpoint) {
-			*c = schemas.Checkpoint{Version: 1, Connector: "c", Fingerprint: strings.Repeat("0", 32), Phase: schemas.PhaseIdle}
+			*c = schemas.Checkpoint{Version: schemas.CheckpointVersion, Connector: "c", Fingerprint: strings.Repeat("0", 32), Phase: schemas.PhaseIdle}
 		},
-		"snapshot": func(c *schemas.Checkpoint) { c.Phase = schemas.PhaseSnapshot; c.Boundary = []schemas.BoundaryEntry{} },
+		"snapshot": func(c *schemas.Checkpoint) { c.Phase = schemas.PhaseSnapshot; c.Boundary = schemas.BoundaryState{} },
 		"decision": func(c *schemas.Checkpoint) { c.NeedsDecision = "fingerprint changed" },
 		"reset": func(c *schemas.Checkpoint) {
 			c.LastReset = &schemas.Reset{At: c.CommittedAt, By: "ops@host", Reason: "table rebuilt", Watermark: ""}
@@ -96,15 +100,18 @@ func TestCheckpointInvalid(t *testing.T) {
 		doc  []byte
 		want string // part of the error, naming the offending location
 	}{
-		"version 2":        {edit(t, func(m map[string]any) { m["version"] = 2 }), "/version"},
-		"wrong phase":      {edit(t, func(m map[string]any) { m["phase"] = "running" }), "/phase"},
-		"bad digest":       {edit(t, func(m map[string]any) { m["boundary"].([]any)[0].([]any)[2] = "xyz" }), "/boundary/0/2"},
-		"upper digest":     {edit(t, func(m map[string]any) { m["boundary"].([]any)[0].([]any)[2] = "00000000DEADBEEF" }), "/boundary/0/2"},
-		"entry of 2":       {edit(t, func(m map[string]any) { m["boundary"].([]any)[0] = []any{"42", 1} }), "/boundary/0"},
-		"entry of 4":       {edit(t, func(m map[string]any) { m["boundary"].([]any)[0] = []any{"42", 1, "0000000000000000", 4} }), "/boundary/0"},
-		"entry as object":  {edit(t, func(m map[string]any) { m["boundary"].([]any)[0] = map[string]any{"id": "42"} }), "/boundary/0"},
-		"float micros":     {edit(t, func(m map[string]any) { m["boundary"].([]any)[0].([]any)[1] = 1.5 }), "/boundary/0/1"},
-		"numeric id":       {edit(t, func(m map[string]any) { m["boundary"].([]any)[0].([]any)[0] = 42 }), "/boundary/0/0"},
+		"version 3":       {edit(t, func(m map[string]any) { m["version"] = 3 }), "/version"},
+		"wrong phase":     {edit(t, func(m map[string]any) { m["phase"] = "running" }), "/phase"},
+		"inline boundary": {edit(t, func(m map[string]any) { m["boundary"] = []any{[]any{"42", 1, "0000000000000000"}} }), "/boundary"},
+		"bad floor":       {edit(t, func(m map[string]any) { m["boundary"].(map[string]any)["floor"] = "yesterday" }), "/boundary/floor"},
+		"unit no offsets": {edit(t, func(m map[string]any) {
+			m["boundary"].(map[string]any)["units"].([]any)[0].(map[string]any)["offsets"] = []any{}
+		}), "/boundary/units/0/offsets"},
+		"negative offset": {edit(t, func(m map[string]any) {
+			m["boundary"].(map[string]any)["units"].([]any)[0].(map[string]any)["offsets"] = []any{-1}
+		}), "/boundary/units/0/offsets/0"},
+		"unit extra field": {edit(t, func(m map[string]any) { m["boundary"].(map[string]any)["units"].([]any)[0].(map[string]any)["x"] = 1 }), "/boundary/units/0"},
+		"mark not string":  {edit(t, func(m map[string]any) { m["seen_mark"] = 5 }), "/seen_mark"},
 		"second timestamp": {edit(t, func(m map[string]any) { m["watermark"] = "2024-05-01T12:00:00Z" }), "/watermark"},
 		"nanos timestamp":  {edit(t, func(m map[string]any) { m["pass_low"] = "2024-05-01T12:00:00.000000001Z" }), "/pass_low"},
 		"offset timestamp": {edit(t, func(m map[string]any) { m["pass_max"] = "2024-05-01T12:00:00.000001+02:00" }), "/pass_max"},
@@ -151,6 +158,9 @@ func TestCheckpointSchemaMatchesGoType(t *testing.T) {
 		for i := range typ.NumField() {
 			tag := typ.Field(i).Tag.Get("json")
 			name, opts, _ := strings.Cut(tag, ",")
+			if name == "-" {
+				continue // never written
+			}
 			names = append(names, name)
 			if !strings.Contains(opts, "omitempty") {
 				req = append(req, name)
@@ -173,6 +183,8 @@ func TestCheckpointSchemaMatchesGoType(t *testing.T) {
 	}
 	check("Checkpoint", reflect.TypeFor[schemas.Checkpoint](), doc.Properties, doc.Required)
 	check("Counters", reflect.TypeFor[schemas.Counters](), doc.Defs["counters"].Properties, doc.Defs["counters"].Required)
+	check("BoundaryState", reflect.TypeFor[schemas.BoundaryState](), doc.Defs["boundary"].Properties, doc.Defs["boundary"].Required)
+	check("BoundaryUnit", reflect.TypeFor[schemas.BoundaryUnit](), doc.Defs["boundaryUnit"].Properties, doc.Defs["boundaryUnit"].Required)
 	var reset struct {
 		Properties map[string]json.RawMessage `json:"properties"`
 		Required   []string                   `json:"required"`
@@ -243,7 +255,8 @@ func TestSchemaDocuments(t *testing.T) {
 		if doc["$schema"] != "https://json-schema.org/draft/2020-12/schema" {
 			t.Errorf("%s: $schema %v", k, doc["$schema"])
 		}
-		if want := "https://tidemark.dev/schemas/" + string(k) + "/v1.json"; doc["$id"] != want {
+		version := map[schemas.Kind]int{schemas.KindCheckpoint: schemas.CheckpointVersion, schemas.KindLedger: schemas.LedgerVersion}[k]
+		if want := fmt.Sprintf("https://tidemark.dev/schemas/%s/v%d.json", k, max(version, 1)); doc["$id"] != want {
 			t.Errorf("%s: $id %v, want %s", k, doc["$id"], want)
 		}
 		if d, _ := doc["description"].(string); d == "" {
@@ -308,7 +321,7 @@ func TestLedger(t *testing.T) {
 		}
 	}
 	bad := map[string]func(e *schemas.LedgerEntry){
-		"version 2":   func(e *schemas.LedgerEntry) { e.Version = 2 },
+		"version 3":   func(e *schemas.LedgerEntry) { e.Version = 3 },
 		"kind":        func(e *schemas.LedgerEntry) { e.Kind = "commit" },
 		"reason":      func(e *schemas.LedgerEntry) { e.Reason = "because" },
 		"at":          func(e *schemas.LedgerEntry) { e.At = "" },

@@ -253,10 +253,6 @@ func (a *cli) writer(ctx context.Context, opts []kgo.Opt) (*producer.Writer, err
 func (a *cli) engineConfig() connector.Config {
 	sum, fields := a.cfg.Fingerprint()
 	s := a.cfg.Sync
-	dedupe := s.DedupeMaxEntries
-	if dedupe == 0 {
-		dedupe = -1 // 0 in the file disables dedupe
-	}
 	margin := s.Margin.Duration
 	if margin == 0 {
 		margin = -1 // 0s in the file means no margin
@@ -270,7 +266,6 @@ func (a *cli) engineConfig() connector.Config {
 		TxnMaxRecords:     s.TxnMaxRecords,
 		TxnMaxBytes:       s.TxnMaxBytes,
 		TxnMaxDuration:    s.TxnMaxDuration.Duration,
-		DedupeMaxEntries:  dedupe,
 		Horizon:           a.cfg.Source.Horizon,
 		SweepInterval:     a.cfg.Sweep.Interval.Duration,
 		SweepMaxKeys:      a.sweepMaxKeys(),

@@ -220,10 +220,14 @@ func cmdStatus(ctx context.Context, a *cli) (err error) {
 	if cp.Phase != schemas.PhaseIdle {
 		fmt.Fprintf(a.stdout, "open pass:    from %s, cursor %q, max updated_at %s\n", orInf(cp.PassLow), cp.Cursor, cp.PassMax)
 	}
-	fmt.Fprintf(a.stdout, "dedupe set:   %d entries\n", len(cp.Boundary))
+	segs := 0
+	for _, u := range cp.Boundary.Units {
+		segs += len(u.Offsets)
+	}
+	fmt.Fprintf(a.stdout, "dedupe set:   %d entries from %s, in %d segments of %s\n", cp.Boundary.Entries, orInf(cp.Boundary.Floor), segs, a.cfg.Kafka.OffsetsTopic)
 	c := cp.Counters
-	fmt.Fprintf(a.stdout, "counters:     %d transactions, %d pages, %d passes; rows %d read, %d published (%d tombstones), %d deduplicated, %d beyond the dedupe bound\n",
-		c.Transactions, c.Pages, c.Passes, c.Raw, c.Published, c.Tombstones, c.Deduped, c.DedupeOverflow)
+	fmt.Fprintf(a.stdout, "counters:     %d transactions, %d pages, %d passes; rows %d read (%d re-read below the watermark), %d published (%d tombstones), %d deduplicated\n",
+		c.Transactions, c.Pages, c.Passes, c.Raw, c.Reread, c.Published, c.Tombstones, c.Deduped)
 	if cp.LastReset != nil {
 		fmt.Fprintf(a.stdout, "last reset:   %s by %s to %s: %s\n", cp.LastReset.At, cp.LastReset.By, orInf(cp.LastReset.Watermark), cp.LastReset.Reason)
 	}
@@ -261,7 +265,7 @@ func cmdReset(ctx context.Context, a *cli) error {
 	if err != nil {
 		return err
 	}
-	what := "from scratch (a full initial load; records already in the topic stay and are re-published where they changed)"
+	what := "from scratch (a full initial load: every row is published again; records already in the topic stay)"
 	if wm != "" {
 		what = "from watermark " + wm + " (rows with updated_at < " + wm + " minus the margin are NOT read again)"
 	}
@@ -317,10 +321,20 @@ func cmdReset(ctx context.Context, a *cli) error {
 	if err != nil {
 		return err
 	}
+	// The old checkpoint's dedupe-set segments are no longer needed:
+	// tombstone them in the same transaction, so compaction removes them.
+	var state []connector.StateRecord
+	if old != nil {
+		for _, u := range old.Boundary.Units {
+			for i := range u.Offsets {
+				state = append(state, connector.StateRecord{Key: schemas.BoundaryKey(a.cfg.Name, u.Seq, i)})
+			}
+		}
+	}
 	if err := w.Begin(ctx); err != nil {
 		return err
 	}
-	if err := w.Commit(ctx, b, led); err != nil {
+	if err := w.Commit(ctx, &connector.Commit{State: state, Ledger: led, Checkpoint: func([]int64) ([]byte, error) { return b, nil }}); err != nil {
 		return fmt.Errorf("commit the reset: %w", err)
 	}
 	a.log.Warn("operator reset committed", "connector", a.cfg.Name, "watermark", orInf(wm), "by", by, "reason", a.reason, "seq", cp.Seq)

@@ -47,7 +47,7 @@ func check(ctx context.Context, pool *pgxpool.Pool, cfg Config) (Report, error) 
 // explainParams are realistic parameters for the steady-state next-page
 // query: a cursor just behind the present, a typical page size.
 func explainParams(t *table) []any {
-	return []any{time.Now().Add(-10 * time.Second), t.idKind.zero(), 1000}
+	return []any{time.Now().Add(-10 * time.Second), t.idKind.zero(), 1000, nil}
 }
 
 // checkIndex decides whether an index serves ORDER BY updated_at, id for

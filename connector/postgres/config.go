@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"log/slog"
 	"errors"
 	"fmt"
 	"regexp"
@@ -51,6 +52,15 @@ type Config struct {
 	// input. Rows it excludes are never read (and so never tombstoned by a
 	// filter change). Default: "" (all rows).
 	Filter string
+	// Logger receives the source's warnings. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) logger() *slog.Logger {
+	if c.Logger != nil {
+		return c.Logger
+	}
+	return slog.Default()
 }
 
 // withDefaults returns c with the documented defaults filled in.

@@ -19,6 +19,7 @@ type Snapshot struct {
 	conn  *pgxpool.Conn
 	tx    pgx.Tx
 	start time.Time
+	mark  string
 }
 
 var _ connector.SnapshotSource = (*Snapshot)(nil)
@@ -38,18 +39,28 @@ func (s *Source) Snapshot(ctx context.Context) (connector.SnapshotSource, error)
 		return nil, fmt.Errorf("snapshot: begin: %w", err)
 	}
 	var start time.Time
+	var xmin int64
 	// The first statement takes the snapshot; now() is the transaction
-	// start, slightly before it, which errs on the safe side for W.
-	if err := tx.QueryRow(ctx, "SELECT now()").Scan(&start); err != nil {
+	// start, slightly before it, which errs on the safe side for W. The
+	// snapshot's oldest running transaction is the view's mark: every
+	// version it shows that was written below it is settled.
+	if err := tx.QueryRow(ctx, "SELECT now(), "+markSQL[len("SELECT "):]).Scan(&start, &xmin); err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		conn.Release()
 		return nil, fmt.Errorf("snapshot: read start time: %w", err)
 	}
-	return &Snapshot{src: s, conn: conn, tx: tx, start: start.UTC()}, nil
+	sn := &Snapshot{src: s, conn: conn, tx: tx, start: start.UTC()}
+	if s.q.marks {
+		sn.mark = formatMark(xmin)
+	}
+	return sn, nil
 }
 
 // Start is the server's transaction start time of the view.
 func (sn *Snapshot) Start() time.Time { return sn.start }
+
+// Mark is the view's mark (see Source.Mark); "" for a view or foreign table.
+func (sn *Snapshot) Mark() string { return sn.mark }
 
 // Page reads a page inside the view; see Source.Page.
 func (sn *Snapshot) Page(ctx context.Context, req connector.PageRequest) (connector.Page, error) {

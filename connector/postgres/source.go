@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -20,6 +21,7 @@ var (
 	_ connector.Source      = (*Source)(nil)
 	_ connector.Horizoner   = (*Source)(nil)
 	_ connector.Snapshotter = (*Source)(nil)
+	_ connector.Marker      = (*Source)(nil)
 )
 
 // Source reads one PostgreSQL table as a delta feed in (updated_at, id)
@@ -34,21 +36,42 @@ type Source struct {
 	// size, so the next page's buffers are allocated once at about the
 	// right size instead of growing by doubling.
 	rowBytes, idBytes atomic.Int64
+	warned            atomic.Bool
 }
 
 // queries are the three page statements, built once from quoted
-// identifiers and the operator filter.
+// identifiers and the operator filter. Each takes, as its last parameter,
+// the skip mark's transaction id (NULL = no skip; see fresh).
 type queries struct {
-	all   string // first page, no lower bound: $1 limit
-	since string // first page: $1 since, $2 limit
-	next  string // later pages: $1 updated_at, $2 id text, $3 limit
+	all   string // first page, no lower bound: $1 limit, $2 skip
+	since string // first page: $1 since, $2 limit, $3 skip
+	next  string // later pages: $1 updated_at, $2 id text, $3 limit, $4 skip
 	// formats requests updated_at in binary (8-byte microseconds, no
 	// parsing) and everything else as text, which is what the value
 	// encoder converts.
 	formats pgx.QueryResultFormats
 	// prefix is the number of leading key columns before the value
-	// columns: updated_at, id and, with deleted_at, a deleted flag.
+	// columns: updated_at, id, with deleted_at a deleted flag, and with
+	// marks the row version's xmin.
 	prefix int
+	// marks: the relation has row versions (xmin), so passes can be
+	// marked (not a view or a foreign table).
+	marks bool
+}
+
+// fresh is the SQL test "this row version was written by a transaction
+// that had not finished when the mark was taken", against $n, the mark's
+// transaction id modulo 2^32. A mark is the oldest transaction id still
+// running at a moment (its snapshot's xmin): every transaction below it had
+// finished, and every one at or above it might not have. Transaction ids
+// are compared modulo 2^32 within 2^31 of each other, as PostgreSQL does;
+// ids 0 to 2 (invalid, bootstrap, frozen) are old. A version written by a
+// subtransaction carries the subtransaction's id, which is above its parent
+// and so never below a mark its parent was running at.
+func fresh(n int) string {
+	p := fmt.Sprintf("$%d::bigint", n)
+	x := "xmin::text::bigint"
+	return fmt.Sprintf("(%s IS NULL OR (%s > 2 AND ((%s - %s) BETWEEN 0 AND 2147483647 OR (%s - %s) < -2147483648)))", p, x, x, p, x, p)
 }
 
 func buildQueries(cfg Config, t *table) queries {
@@ -59,6 +82,11 @@ func buildQueries(cfg Config, t *table) queries {
 	prefix := 2
 	if t.deletedAt != nil {
 		sel.WriteString(", (" + quote(t.deletedAt.name) + " IS NOT NULL)")
+		prefix++
+	}
+	marks := t.relkind == 'r' || t.relkind == 'p' || t.relkind == 'm'
+	if marks {
+		sel.WriteString(", xmin::text::bigint")
 		prefix++
 	}
 	for _, c := range t.value {
@@ -74,16 +102,26 @@ func buildQueries(cfg Config, t *table) queries {
 	order := " ORDER BY " + ua + ", " + id + " LIMIT "
 	formats := make(pgx.QueryResultFormats, prefix+len(t.value))
 	formats[0] = pgx.BinaryFormatCode
+	if marks {
+		formats[prefix-1] = pgx.BinaryFormatCode
+	}
+	skip := func(n int) string {
+		if !marks {
+			return " AND $" + strconv.Itoa(n) + "::bigint IS NULL"
+		}
+		return " AND " + fresh(n)
+	}
 	// The id cast target comes from the idKind whitelist, never from text
 	// in the configuration. The cursor's id is compared with the id
 	// column's own collation (a parameter has the default collation, which
 	// yields to the column's), the same ordering as ORDER BY.
 	return queries{
-		all:     head + " WHERE true" + filter + order + "$1",
-		since:   head + " WHERE " + ua + " >= $1" + filter + order + "$2",
-		next:    head + " WHERE (" + ua + ", " + id + ") > ($1, $2::text::" + t.idKind.sqlType() + ")" + filter + order + "$3",
+		all:     head + " WHERE true" + skip(2) + filter + order + "$1",
+		since:   head + " WHERE " + ua + " >= $1" + skip(3) + filter + order + "$2",
+		next:    head + " WHERE (" + ua + ", " + id + ") > ($1, $2::text::" + t.idKind.sqlType() + ")" + skip(4) + filter + order + "$3",
 		formats: formats,
 		prefix:  prefix,
+		marks:   marks,
 	}
 }
 
@@ -195,23 +233,27 @@ func (s *Source) page(ctx context.Context, q querier, req connector.PageRequest)
 		rows pgx.Rows
 		err  error
 	)
+	skip, mark, err := s.marks(req)
+	if err != nil {
+		return connector.Page{}, err
+	}
 	switch {
 	case req.Cursor != "":
 		k, derr := decodeCursor(req.Cursor, s.tbl.idKind)
 		if derr != nil {
 			return connector.Page{}, derr
 		}
-		rows, err = q.Query(ctx, s.q.next, s.q.formats, k.time(), k.id, req.Limit)
+		rows, err = q.Query(ctx, s.q.next, s.q.formats, k.time(), k.id, req.Limit, skip)
 	case req.Since.IsZero():
-		rows, err = q.Query(ctx, s.q.all, s.q.formats, req.Limit)
+		rows, err = q.Query(ctx, s.q.all, s.q.formats, req.Limit, skip)
 	default:
-		rows, err = q.Query(ctx, s.q.since, s.q.formats, req.Since, req.Limit)
+		rows, err = q.Query(ctx, s.q.since, s.q.formats, req.Since, req.Limit, skip)
 	}
 	if err != nil {
 		return connector.Page{}, fmt.Errorf("read %s after cursor %q: %w", s.tbl.ident, req.Cursor, err)
 	}
 	defer rows.Close()
-	out, err := s.readRows(rows, req.Limit)
+	out, err := s.readRows(rows, req.Limit, mark)
 	if err != nil {
 		return connector.Page{}, fmt.Errorf("read %s after cursor %q: %w", s.tbl.ident, req.Cursor, err)
 	}
@@ -228,7 +270,7 @@ const pgEpochMicros = 946684800000000
 
 // readRows decodes a page. Values and ids of all rows share two buffers
 // (one allocation each per page, plus growth); rows slice them.
-func (s *Source) readRows(rows pgx.Rows, limit int) ([]connector.Row, error) {
+func (s *Source) readRows(rows pgx.Rows, limit int, mark *int64) ([]connector.Row, error) {
 	out := make([]connector.Row, 0, min(limit, 4096))
 	enc := rowEncoder{cols: s.tbl.value}
 	expect := min(limit, 4096)
@@ -244,6 +286,7 @@ func (s *Source) readRows(rows pgx.Rows, limit int) ([]connector.Row, error) {
 	// column is text.
 	fds := rows.FieldDescriptions()
 	textUA := len(fds) > 0 && fds[0].Format == pgx.TextFormatCode
+	textXmin := s.q.marks && len(fds) >= prefix && fds[prefix-1].Format == pgx.TextFormatCode
 	for rows.Next() {
 		raw := rows.RawValues()
 		if len(raw) != prefix+len(s.tbl.value) {
@@ -261,7 +304,15 @@ func (s *Source) readRows(rows pgx.Rows, limit int) ([]connector.Row, error) {
 		if err != nil {
 			return nil, fmt.Errorf("row id %q: %s: %w", idv, quote(s.tbl.updatedAt.name), err)
 		}
-		deleted := prefix == 3 && len(raw[2]) == 1 && raw[2][0] == 't'
+		deleted := s.tbl.deletedAt != nil && len(raw[2]) == 1 && raw[2][0] == 't'
+		settled := false
+		if mark != nil {
+			x, err := xminOf(raw[prefix-1], textXmin)
+			if err != nil {
+				return nil, fmt.Errorf("row id %q: xmin: %w", idv, err)
+			}
+			settled = !isFresh(x, *mark)
+		}
 		ids = append(ids, idv...)
 		iEnds = append(iEnds, len(ids))
 		if deleted {
@@ -276,6 +327,7 @@ func (s *Source) readRows(rows pgx.Rows, limit int) ([]connector.Row, error) {
 		out = append(out, connector.Row{
 			UpdatedAt: schemas.FromMicros(us),
 			Deleted:   deleted,
+			Settled:   settled,
 		})
 	}
 	if err := rows.Err(); err != nil {

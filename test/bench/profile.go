@@ -74,7 +74,7 @@ func (b *bench) profileLoad(ctx context.Context, table string, rows int) (profil
 	store := offsets.NewStore(opts, offTopic, name).FailClosed(offsets.NewLedger(opts, ledTopic, name), topic)
 	e, err := connector.New(connector.Config{
 		Name: name, PageSize: 1000, Margin: 10 * time.Second, PollInterval: time.Second, PollJitter: 0.2,
-		TxnMaxRecords: 10000, TxnMaxBytes: 16 << 20, TxnMaxDuration: 5 * time.Second, DedupeMaxEntries: 20000,
+		TxnMaxRecords: 10000, TxnMaxBytes: 16 << 20, TxnMaxDuration: 5 * time.Second,
 		Fingerprint: "bench", FingerprintFields: map[string]string{"name": name}, Logger: logger,
 	}, src, w, store)
 	if err != nil {

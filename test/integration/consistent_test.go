@@ -121,7 +121,7 @@ func TestConsistentLoadNoDuplicatesBeyondBounds(t *testing.T) {
 		}
 		return nil
 	}
-	cfg := connector.Config{PageSize: 100, TxnMaxRecords: 200, Margin: 10 * time.Second, Consistent: true, DedupeMaxEntries: 500}
+	cfg := connector.Config{PageSize: 100, TxnMaxRecords: 200, Margin: 10 * time.Second, Consistent: true}
 	r.Once(src, cfg)
 	r.Once(src, cfg)
 	st := r.AssertTable()

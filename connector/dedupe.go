@@ -1,0 +1,155 @@
+package connector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/tidemark/tidemark/schemas"
+)
+
+// loadBoundary rebuilds B from the units the checkpoint names (or converts
+// a version 1 checkpoint's inline set). A unit that cannot be read back is
+// a safety stop: without it, rows it covers would be published again.
+func (e *Engine) loadBoundary(ctx context.Context, cp *schemas.Checkpoint) error {
+	e.b = newBoundary()
+	if len(cp.Legacy) > 0 {
+		e.b.legacy(cp.Legacy)
+		cp.Legacy = nil
+		return nil
+	}
+	st := cp.Boundary
+	if len(st.Units) == 0 {
+		if st.Entries != 0 {
+			return e.boundaryStop(fmt.Errorf("the checkpoint counts %d entries in the dedupe set but names no segment", st.Entries), nil)
+		}
+		return nil
+	}
+	var refs []StateRef
+	for _, u := range st.Units {
+		for i, off := range u.Offsets {
+			refs = append(refs, StateRef{Key: schemas.BoundaryKey(e.cfg.Name, u.Seq, i), Offset: off})
+		}
+	}
+	vals, err := e.store.State(ctx, refs)
+	if err != nil {
+		return e.boundaryStop(err, refs)
+	}
+	for _, u := range st.Units {
+		n, err := e.b.replay(u.Seq, u.Offsets, vals[:len(u.Offsets)])
+		if err != nil {
+			return e.boundaryStop(err, refs)
+		}
+		if n != u.Entries {
+			return e.boundaryStop(fmt.Errorf("unit %d holds %d entries, the checkpoint says %d", u.Seq, n, u.Entries), refs)
+		}
+		vals = vals[len(u.Offsets):]
+	}
+	floor, err := parseFloor(st.Floor)
+	if err != nil {
+		return e.corrupt("boundary floor", err)
+	}
+	e.b.prune(floor)
+	if int64(e.b.Len()) != st.Entries {
+		return e.boundaryStop(fmt.Errorf("the segments give %d entries, the checkpoint says %d", e.b.Len(), st.Entries), refs)
+	}
+	return nil
+}
+
+// boundaryStop is the safety stop for a dedupe set that cannot be read
+// back. A transient read failure (the broker) is retried instead.
+func (e *Engine) boundaryStop(err error, refs []StateRef) error {
+	if !Fatal(err) && refs != nil && !errors.Is(err, ErrStateDamaged) {
+		return staged("checkpoint", fmt.Errorf("read the dedupe set (%d segments): %w", len(refs), err))
+	}
+	return &StopError{
+		Reason: "the dedupe set named by the checkpoint cannot be read back from the offsets topic",
+		Hint: fmt.Sprintf("were segments of the offsets topic deleted (retention instead of compaction?) or written by another tool? "+
+			"`tidemark reset --to-watermark` for connector %q starts over from a stated point; rows at or after it are published again", e.cfg.Name),
+		Err: err,
+	}
+}
+
+// ErrStateDamaged marks a state record that is missing, foreign or damaged
+// (as opposed to one that could not be read right now).
+var ErrStateDamaged = errors.New("state record missing or damaged")
+
+func parseFloor(s string) (int64, error) {
+	if s == "" {
+		return math.MinInt64, nil
+	}
+	t, err := schemas.ParseTime(s)
+	if err != nil {
+		return 0, err
+	}
+	return t.UnixMicro(), nil
+}
+
+// floor is the lowest updated_at any later read can meet again, given the
+// working checkpoint: a later pass starts at its watermark minus the
+// margin, and the open pass (or load) only reads forward from its cursor.
+// math.MinInt64 means minus infinity.
+func (e *Engine) floor() (int64, error) {
+	w, err := parseFloor(e.cp.Watermark)
+	if err != nil {
+		return 0, e.corrupt("watermark", err)
+	}
+	switch e.cp.Phase {
+	case schemas.PhaseSnapshot:
+		// The load hands PassHorizon to the incremental passes.
+		if h, err := parseFloor(e.cp.PassHorizon); err != nil {
+			return 0, e.corrupt("pass_horizon", err)
+		} else if h != math.MinInt64 {
+			w = max(w, h)
+		}
+	case schemas.PhasePass:
+		// The pass will end with W' >= min(its largest updated_at so far,
+		// its cap): the end-of-pass samples can only be later than the
+		// start's (docs/design.md, "Watermark").
+		if e.cp.PassMax != "" {
+			cand, err := parseFloor(e.cp.PassMax)
+			if err != nil {
+				return 0, e.corrupt("pass_max", err)
+			}
+			if e.cp.PassHorizon != "" {
+				h, err := parseFloor(e.cp.PassHorizon)
+				if err != nil {
+					return 0, e.corrupt("pass_horizon", err)
+				}
+				cand = min(cand, h)
+			}
+			w = max(w, cand)
+		}
+	}
+	if w == math.MinInt64 {
+		return w, nil
+	}
+	return w - e.cfg.Margin.Microseconds(), nil
+}
+
+// sealBoundary prunes B to the floor and turns the transaction's changes
+// into state records. The checkpoint built by the returned function names
+// the units that make up B after the commit.
+func (e *Engine) sealBoundary() (sealed, []StateRecord, string, error) {
+	floor, err := e.floor()
+	if err != nil {
+		return sealed{}, nil, "", err
+	}
+	e.b.prune(floor)
+	fl := ""
+	if floor != math.MinInt64 {
+		fl = schemas.FormatTime(schemas.FromMicros(floor))
+	}
+	s := e.b.seal()
+	var recs []StateRecord
+	for i, seg := range s.segments {
+		recs = append(recs, StateRecord{Key: schemas.BoundaryKey(e.cfg.Name, e.cp.Seq, i), Value: seg})
+	}
+	for _, u := range s.drop {
+		for i := range u.offsets {
+			recs = append(recs, StateRecord{Key: schemas.BoundaryKey(e.cfg.Name, u.seq, i)})
+		}
+	}
+	return s, recs, fl, nil
+}

@@ -1,0 +1,113 @@
+package postgres
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/tidemark/tidemark/connector"
+)
+
+// A mark is PostgreSQL's proof of what a pass has already seen
+// (docs/design.md, "What a pass re-reads"): the oldest transaction id still
+// running when the pass began, 64 bits with its epoch, taken before the
+// pass reads anything. Every row version written by a transaction below it
+// was committed (or aborted) by then, so the pass reads it if it is at or
+// above the pass's lower bound; a later pass whose Skip is that mark need
+// not return it again, and a version the pass itself reads is Settled. Any
+// version written since, or by a transaction still running then, is fresh
+// and is read again. The token is "x1:<xid8>".
+const markPrefix = "x1:"
+
+// markSQL reads the oldest running transaction id of the current snapshot.
+// txid_snapshot_xmin and txid_current_snapshot exist in every supported
+// PostgreSQL (pg_snapshot_xmin is their newer name from 13 on).
+const markSQL = `SELECT txid_snapshot_xmin(txid_current_snapshot())`
+
+// Mark returns the token of a pass about to start, or "" for a view or a
+// foreign table (no row versions to compare).
+func (s *Source) Mark(ctx context.Context) (string, error) {
+	if !s.q.marks {
+		return "", nil
+	}
+	var x int64
+	if err := s.pool.QueryRow(ctx, markSQL).Scan(&x); err != nil {
+		return "", fmt.Errorf("read the oldest running transaction: %w", err)
+	}
+	return formatMark(x), nil
+}
+
+func formatMark(x int64) string { return markPrefix + strconv.FormatInt(x, 10) }
+
+func parseMark(m string) (int64, error) {
+	rest, ok := strings.CutPrefix(m, markPrefix)
+	if !ok {
+		return 0, fmt.Errorf("mark %q from the checkpoint is not a PostgreSQL-source mark; it was written by another source or corrupted: reset the connector rather than guess", m)
+	}
+	x, err := strconv.ParseInt(rest, 10, 64)
+	if err != nil || x < 0 || strconv.FormatInt(x, 10) != rest {
+		return 0, fmt.Errorf("mark %q from the checkpoint is not a transaction id; reset the connector rather than guess", m)
+	}
+	return x, nil
+}
+
+// marks returns the page query's skip parameter (nil = no skip) and the
+// current pass's mark modulo 2^32 (nil = no Settled flags) for req.
+func (s *Source) marks(req connector.PageRequest) (skip any, mark *int64, err error) {
+	if !s.q.marks || req.Mark == "" {
+		return nil, nil, nil
+	}
+	m, err := parseMark(req.Mark)
+	if err != nil {
+		return nil, nil, err
+	}
+	m32 := m & 0xffffffff
+	if req.Skip == "" {
+		return nil, &m32, nil
+	}
+	k, err := parseMark(req.Skip)
+	if err != nil {
+		return nil, nil, err
+	}
+	if k > m {
+		// Transaction ids went backwards between two passes: this is not
+		// the database the earlier pass read (a restore, a new cluster).
+		// Nothing it saw is proven here, so nothing is skipped.
+		s.warnOnce(fmt.Sprintf("transaction ids went backwards since the last pass (mark %d, now %d): this looks like another database (restored or rebuilt); re-reading the window without skipping", k, m))
+		return nil, &m32, nil
+	}
+	return k & 0xffffffff, &m32, nil
+}
+
+// isFresh is fresh's test in Go: whether a version written by transaction
+// xmin (modulo 2^32) may be returned by a pass whose skip mark is x32.
+func isFresh(xmin, x32 int64) bool {
+	if xmin <= 2 {
+		return false
+	}
+	d := xmin - x32
+	return d >= 0 && d <= 2147483647 || d < -2147483648
+}
+
+// xminOf decodes the xmin column (int8, binary or text).
+func xminOf(v []byte, text bool) (int64, error) {
+	if v == nil {
+		return 0, errors.New("NULL")
+	}
+	if text {
+		return strconv.ParseInt(string(v), 10, 64)
+	}
+	if len(v) != 8 {
+		return 0, fmt.Errorf("%d bytes in binary, want 8", len(v))
+	}
+	return int64(binary.BigEndian.Uint64(v)), nil
+}
+
+func (s *Source) warnOnce(msg string) {
+	if s.warned.CompareAndSwap(false, true) {
+		s.cfg.logger().Warn(msg)
+	}
+}
