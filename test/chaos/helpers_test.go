@@ -118,6 +118,7 @@ type world struct {
 	app     string // application_name of the connector's sessions
 	src     postgres.Config
 	sync    map[string]string       // sync.* overrides for the config file
+	source  map[string]string       // extra source.* keys for the config file
 	tune    func(*connector.Config) // adjusts the in-process engine's config
 }
 
@@ -193,6 +194,9 @@ func (w *world) config() string {
 	w.t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, "name: %s\nsource:\n  dsn: %q\n  schema: %s\n  table: items\n  deleted_at_column: deleted_at\n", w.name, w.dsn(), w.db.Schema)
+	for _, k := range sortedKeys(w.source) {
+		fmt.Fprintf(&b, "  %s: %s\n", k, w.source[k])
+	}
 	fmt.Fprintf(&b, "kafka:\n  brokers: [%s]\n  topic: %s\n  offsets_topic: %s\n  ledger_topic: %s\n  partitions: 3\n  transaction_timeout: 30s\n",
 		strings.Join(w.brokers, ", "), w.topic, w.offsets, w.ledger)
 	b.WriteString("sync:\n")
