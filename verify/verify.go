@@ -39,7 +39,9 @@ type Report struct {
 	Extra      int64 `json:"extra"`
 	Mismatched int64 `json:"mismatched"`
 	// Duplicates are target records that repeated their key's previous
-	// value (only visible in the uncompacted part of a topic).
+	// value: one row version published twice, which breaks the
+	// exactly-once promise even when the state matches (only visible in
+	// the uncompacted part of a topic). They fail the verify too.
 	Duplicates int64 `json:"duplicate_publications"`
 	// Records and Tombstones read from the topic (0 for a replica).
 	Records    int64 `json:"records"`
@@ -57,8 +59,12 @@ type Report struct {
 	Seconds float64                `json:"seconds"`
 }
 
-// OK reports whether the target equals the source.
-func (r *Report) OK() bool { return r.Missing == 0 && r.Extra == 0 && r.Mismatched == 0 }
+// OK reports whether the target equals the source and holds no duplicate
+// publication.
+func (r *Report) OK() bool { return r.Matches() && r.Duplicates == 0 }
+
+// Matches reports whether the target's live state equals the source's.
+func (r *Report) Matches() bool { return r.Missing == 0 && r.Extra == 0 && r.Mismatched == 0 }
 
 // Options tune a comparison.
 type Options struct {
@@ -134,8 +140,11 @@ func sample(s []string, id string) []string {
 func (r *Report) Text() string {
 	var b strings.Builder
 	verdict := "MATCH: the target holds exactly the source's live rows"
-	if !r.OK() {
+	switch {
+	case !r.Matches():
 		verdict = "MISMATCH: the target differs from the source"
+	case r.Duplicates > 0:
+		verdict = fmt.Sprintf("EXACTLY-ONCE VIOLATED: the state matches, but %d row versions were published twice", r.Duplicates)
 	}
 	fmt.Fprintf(&b, "verify %s against the source\n", r.Target)
 	fmt.Fprintf(&b, "  source view:   snapshot at %s\n", r.SourceView)

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark/tidemark/fold"
+)
+
+// TestCLIVerifyDuplicateExit5: a row version published twice breaks the
+// exactly-once promise even though the folded state still equals the
+// table: verify says so and exits 5.
+func TestCLIVerifyDuplicateExit5(t *testing.T) {
+	w := newVFWorld(t, "")
+	w.mustCLI("run", "--once")
+	st, err := fold.Map(context.Background(), w.opts(), vfTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, ok := st.Live["3"]
+	if !ok {
+		t.Fatal("key 3 not in the topic")
+	}
+	cl, err := kgo.NewClient(append(w.opts(), kgo.DefaultProduceTopic(vfTopic), kgo.DisableIdempotentWrite(),
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(context.Background(), &kgo.Record{Key: []byte("3"), Value: last.Value}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := w.cli("verify")
+	if code != exitMismatch {
+		t.Fatalf("verify with a duplicate publication: exit %d, want %d\n%s%s", code, exitMismatch, out, errOut)
+	}
+	for _, s := range []string{"missing:       0", "extra:         0", "mismatched:    0", "duplicate publications: 1", "EXACTLY-ONCE VIOLATED"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("the report lacks %q:\n%s", s, out)
+		}
+	}
+}
