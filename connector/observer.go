@@ -38,6 +38,14 @@ type CommitInfo struct {
 	PassEnded                        bool
 }
 
+// RereadObserver is implemented by observers that count re-reads: rows a
+// pass read from the window below the watermark it started from, and rows
+// the dedupe set skipped, per page, whether or not the pass commits
+// (docs/design.md, "What a pass re-reads"). Discovered by type assertion.
+type RereadObserver interface {
+	ObserveReread(reread, deduped int)
+}
+
 type nopObserver struct{}
 
 func (nopObserver) ObservePage(time.Duration, int) {}

@@ -128,9 +128,13 @@ func (e *Engine) pass(ctx context.Context) error {
 		e.cfg.Observer.ObservePage(time.Since(fetchStart), len(page.Rows))
 		failpoint.Hit(failpoint.AfterFetch)
 		pages++
+		reread, deduped := e.cp.Counters.Reread, e.cp.Counters.Deduped
 		if err := e.apply(ctx, page.Rows); err != nil {
 			e.abort(ctx)
 			return staged("kafka", err)
+		}
+		if o, ok := e.cfg.Observer.(RereadObserver); ok {
+			o.ObserveReread(int(e.cp.Counters.Reread-reread), int(e.cp.Counters.Deduped-deduped))
 		}
 		failpoint.Hit(failpoint.AfterProduce)
 		e.txPages++

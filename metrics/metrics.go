@@ -51,6 +51,7 @@ type Metrics struct {
 	reg *prometheus.Registry
 
 	rowsRead, rowsPublished, rowsDeduped, rowsTombstoned prometheus.Counter
+	rowsReread                                           prometheus.Counter
 	txCommitted, txAborted, passes                       prometheus.Counter
 	txDuration, commitDuration, pageFetch, sourceToTopic prometheus.Histogram
 	retries, stops                                       *prometheus.CounterVec
@@ -115,7 +116,8 @@ func New(cfg Config) *Metrics {
 	}
 	m.rowsRead = counter("rows_read_total", "Rows read from the source, re-reads included.")
 	m.rowsPublished = counter("rows_published_total", "Rows published to the data topic in committed transactions (upserts and tombstones).")
-	m.rowsDeduped = counter("rows_deduped_total", "Re-read rows skipped because the dedupe set showed them unchanged.")
+	m.rowsDeduped = counter("rows_deduped_total", "Re-read rows skipped because the dedupe set showed them unchanged, counted as they are read.")
+	m.rowsReread = counter("rows_reread_total", "Rows a pass read again from the window below the watermark it started from: the cost of the safety margin, counted as they are read.")
 	m.rowsTombstoned = counter("rows_tombstoned_total", "Tombstones (deletes) published in committed transactions; a subset of rows_published_total.")
 	m.txCommitted = counter("transactions_committed_total", "Kafka transactions committed (data and checkpoint together).")
 	m.txAborted = counter("transactions_aborted_total", "Kafka transactions aborted or failed; the engine resumes from the last committed checkpoint.")
@@ -164,6 +166,12 @@ func New(cfg Config) *Metrics {
 // runtime and process collectors.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
+// ObserveReread implements connector.RereadObserver.
+func (m *Metrics) ObserveReread(reread, deduped int) {
+	m.rowsReread.Add(float64(reread))
+	m.rowsDeduped.Add(float64(deduped))
+}
+
 // ObservePage implements connector.Observer. A page with no rows is the end
 // of the source (CONTRACT §3): the connector is caught up.
 func (m *Metrics) ObservePage(fetch time.Duration, rows int) {
@@ -188,7 +196,6 @@ func (m *Metrics) ObservePage(fetch time.Duration, rows int) {
 func (m *Metrics) ObserveCommit(c connector.CommitInfo) {
 	m.txCommitted.Inc()
 	m.rowsPublished.Add(float64(c.Published))
-	m.rowsDeduped.Add(float64(c.Deduped))
 	m.rowsTombstoned.Add(float64(c.Tombstones))
 	m.commitDuration.Observe(c.Took.Seconds())
 	if c.Span > 0 {

@@ -261,6 +261,14 @@ func (m multiObserver) ObservePage(d time.Duration, rows int) {
 	}
 }
 
+func (m multiObserver) ObserveReread(reread, deduped int) {
+	for _, o := range m {
+		if r, ok := o.(connector.RereadObserver); ok {
+			r.ObserveReread(reread, deduped)
+		}
+	}
+}
+
 func (m multiObserver) ObserveCommit(c connector.CommitInfo) {
 	for _, o := range m {
 		o.ObserveCommit(c)

@@ -1,9 +1,9 @@
 package postgres
 
 import (
-	"log/slog"
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"strings"
 )
