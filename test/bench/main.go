@@ -18,6 +18,10 @@
 //   - page cost with depth from EXPLAIN (ANALYZE, BUFFERS): the keyset page
 //     query next to LIMIT/OFFSET at the start, middle and end;
 //   - peak RSS of tidemark at 100k, 1M (and BENCH_ROWS) rows;
+//   - the window: every row updated by one statement to one updated_at,
+//     with a writer held open (the dedupe set carries it all) and without
+//     (the pass's mark settles it): rows published and re-read per pass,
+//     peak RSS, bytes written to the offsets topic per transaction;
 //   - a CPU and allocation profile of an in-process initial load.
 //
 // PostgreSQL: DATABASE_URL when set, else a throwaway cluster
@@ -60,6 +64,8 @@ type options struct {
 	// printing the tops instead of writing the report (to iterate on a hot
 	// spot: before and after a change).
 	profileOnly bool
+	// noWindow skips the bulk-update scenario.
+	noWindow bool
 }
 
 func main() {
@@ -78,6 +84,7 @@ func run() int {
 	flag.IntVar(&o.rate, "rate", 1000, "updates per second in the latency run")
 	flag.BoolVar(&o.profile, "profile", true, "profile an in-process initial load (CPU and allocations)")
 	flag.BoolVar(&o.profileOnly, "profile-only", false, "only profile an in-process initial load and print the tops (no report)")
+	flag.BoolVar(&o.noWindow, "no-window", false, "skip the bulk-update (window) scenario")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configs, logs, profiles)")
 	flag.DurationVar(&o.deadline, "deadline", 20*time.Minute, "hard limit for the whole run")
 	flag.Parse()
@@ -262,6 +269,13 @@ func (b *bench) run(ctx context.Context) error {
 			return fmt.Errorf("profile: %w", err)
 		}
 		fmt.Printf("      %s\n", b.res.profile.summary)
+	}
+
+	if !o.noWindow {
+		step(fmt.Sprintf("the window: %d rows updated by one statement to one updated_at", o.rows))
+		if b.res.window, err = b.windowRun(ctx, main, o.rows); err != nil {
+			return fmt.Errorf("window: %w", err)
+		}
 	}
 
 	b.res.elapsed = time.Since(b.started)

@@ -28,6 +28,7 @@ type results struct {
 	settings []pairResult
 	scale    []scalePoint
 	latency  latencyResult
+	window   windowResult
 	profile  profileResult
 	elapsed  time.Duration
 }
@@ -198,8 +199,10 @@ func (r *results) render(o options) string {
 	}
 	fmt.Fprintf(&b, "\n(%s rows: the median peak RSS of the default runs, each listed above; BENCH_ROWS=10000000 adds a 10M point.)\n\n", rowsLabel(o.rows))
 
+	r.window.render(&b)
+
 	if r.profile.cpuTop != "" {
-		fmt.Fprintf(&b, "## Profile of an initial load (in-process)\n\n")
+		fmt.Fprintf(&b, "\n## Profile of an initial load (in-process)\n\n")
 		fmt.Fprintf(&b, "%s. The kfake broker runs in the same process; its frames are dropped (`-ignore=%s`).\n\n", r.profile.summary, ignoreBroker)
 		fmt.Fprintf(&b, "CPU, flat (`go tool pprof -top`):\n\n```\n%s\n```\n\nCPU, cumulative (`-top -cum`):\n\n```\n%s\n```\n\nAllocations (`-sample_index=alloc_space`):\n\n```\n%s\n```\n",
 			r.profile.cpuTop, r.profile.cumTop, r.profile.allocTop)
