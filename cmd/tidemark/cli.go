@@ -25,6 +25,7 @@ import (
 type cli struct {
 	stdout, stderr io.Writer
 	env            func(string) string
+	environ        func() []string // every variable, for warnUnknownEnv (help.go); nil: none
 
 	configPath string
 	overrides  []string
@@ -67,7 +68,8 @@ func (k keyFlag) Set(v string) error { k.a.overrides = append(k.a.overrides, k.k
 
 func (a *cli) parse(cmd string, args []string) error {
 	fs := flag.NewFlagSet("tidemark "+cmd, flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
+	fs.SetOutput(io.Discard) // one line and a hint on a bad flag, per-command help on --help (help.go)
+	fs.Usage = func() {}
 	fs.StringVar(&a.configPath, "config", "", "configuration file (YAML); see tidemark.example.yaml")
 	var sets multiFlag
 	fs.Var(&sets, "set", "override a configuration key: --set source.table=orders (repeatable)")
@@ -102,7 +104,11 @@ func (a *cli) parse(cmd string, args []string) error {
 		fs.Var(keyFlag{k, a}, k, "configuration key "+k+" (env "+EnvName(k)+")")
 	}
 	if err := fs.Parse(args); err != nil {
-		return err
+		if isHelp(err) {
+			commandHelp(a.stdout, cmd, fs)
+			return err
+		}
+		return flagError(cmd, fs, err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q; flags go before or after, values need a flag (see --help): %w", fs.Arg(0), errUsage)
@@ -120,17 +126,27 @@ func (a *cli) parse(cmd string, args []string) error {
 	}
 	a.cfg = cfg
 	a.log = newLogger(a.stderr, cfg.Log.Level, cfg.Log.Format)
+	a.warnUnknownEnv() // help.go
 	return nil
 }
 
 func newLogger(w io.Writer, level, format string) *slog.Logger {
 	var lv slog.Level
 	_ = lv.UnmarshalText([]byte(level))
-	opts := &slog.HandlerOptions{Level: lv}
+	opts := &slog.HandlerOptions{Level: lv, ReplaceAttr: durationAsText}
 	if format == "json" || format != "text" && !isTerminal(w) {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// durationAsText writes a duration as a Go duration string ("1.5s"), not
+// as slog's JSON nanoseconds.
+func durationAsText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 func isTerminal(w io.Writer) bool {
@@ -203,12 +219,12 @@ func (a *cli) source(ctx context.Context) (connector.Source, error) {
 		if err != nil {
 			return nil, err
 		}
-		if w := postgresTLSWarning(a.cfg.Source.DSN, a.env); w != "" {
-			a.log.Warn(w) // security.go
+		if err := a.checkDSN("source.dsn", pc.DSN); err != nil { // dsn.go
+			return nil, err
 		}
 		src, err := postgres.New(ctx, pc)
 		if err != nil {
-			return nil, fmt.Errorf("open PostgreSQL source %s: %w", RedactDSN(a.cfg.Source.DSN), err)
+			return nil, openError("source.dsn", pc.DSN, "open PostgreSQL source", err)
 		}
 		a.closers = append(a.closers, src.Close)
 		return src, nil

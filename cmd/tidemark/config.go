@@ -21,6 +21,9 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/tidemark/tidemark/connector/httpsrc"
+	"github.com/tidemark/tidemark/connector/postgres"
 )
 
 // Config is tidemark's configuration. It comes from a YAML file, then
@@ -813,167 +816,39 @@ func (c *Config) YAML() ([]byte, error) {
 }
 
 // redacted replaces a secret.
-const redacted = "REDACTED"
+const redacted = httpsrc.Redacted
 
 // RedactDSN returns dsn with its password replaced by "REDACTED": the
 // password of a URL's user info (postgres://u:pw@h/db, and http(s) URLs),
 // secret-looking URL query parameters (password, sslpassword, token, key,
-// secret, ...) and the password and sslpassword keywords of the keyword form
-// (host=h password='p w'). A string it cannot parse is redacted whole.
-// When in doubt it redacts too much rather than too little.
+// secret, ...; httpsrc.RedactURL) and secret-looking keywords of the
+// keyword form (host=h password='p w'; parsed by postgres.ParseKeywordDSN).
+// A string it cannot parse is redacted whole. When in doubt it redacts too
+// much rather than too little.
 func RedactDSN(dsn string) string {
 	switch {
 	case dsn == "":
 		return ""
 	case urlFormRE.MatchString(dsn):
-		return redactURL(dsn)
+		return httpsrc.RedactURL(dsn)
 	case strings.Contains(dsn, "="):
-		pairs, ok := parseKeywordDSN(dsn)
-		if !ok {
+		pairs, err := postgres.ParseKeywordDSN(dsn)
+		if err != nil {
 			return redacted
 		}
 		var b strings.Builder
 		last := 0
 		for _, kv := range pairs {
-			if isSecretParam(kv.key) {
-				b.WriteString(dsn[last:kv.start])
+			if httpsrc.IsSecretParam(kv.Key) {
+				b.WriteString(dsn[last:kv.Start])
 				b.WriteString(redacted)
-				last = kv.end
+				last = kv.End
 			}
 		}
 		b.WriteString(dsn[last:])
 		return b.String()
 	default:
 		return redacted
-	}
-}
-
-// isSecretParam reports whether a DSN or URL parameter name looks secret.
-func isSecretParam(name string) bool {
-	n := strings.ToLower(name)
-	for _, s := range []string{"pass", "pwd", "secret", "token", "key", "auth", "sig", "credential"} {
-		if strings.Contains(n, s) {
-			return true
-		}
-	}
-	return false
-}
-
-func redactURL(s string) string {
-	if u, err := url.Parse(s); err == nil {
-		// Trust the parse only when every '@' is the user info separator:
-		// an unencoded '@', '/', '?' or '#' in a password can move it.
-		want := 0
-		if u.User != nil {
-			want = 1
-		}
-		if strings.Count(s, "@") == want {
-			if _, ok := u.User.Password(); ok {
-				u.User = url.UserPassword(u.User.Username(), redacted)
-			}
-			q := u.Query()
-			changed := false
-			for k := range q {
-				if isSecretParam(k) {
-					q[k] = []string{redacted}
-					changed = true
-				}
-			}
-			if changed {
-				u.RawQuery = q.Encode()
-			}
-			return u.String()
-		}
-	}
-	// Conservative: blank everything between the first ':' of the user info
-	// and the last '@', then every secret-looking query parameter.
-	i := strings.Index(s, "://") + 3
-	head, rest := s[:i], s[i:]
-	if at := strings.LastIndex(rest, "@"); at >= 0 {
-		if colon := strings.IndexByte(rest[:at], ':'); colon >= 0 {
-			rest = rest[:colon+1] + redacted + rest[at:]
-		}
-	}
-	out := head + rest
-	if q := strings.IndexByte(out, '?'); q >= 0 {
-		params := strings.Split(out[q+1:], "&")
-		for j, prm := range params {
-			if name, _, ok := strings.Cut(prm, "="); ok && isSecretParam(name) {
-				params[j] = name + "=" + redacted
-			}
-		}
-		out = out[:q+1] + strings.Join(params, "&")
-	}
-	return out
-}
-
-// keyword is one key=value of a libpq keyword/value connection string; value
-// is unquoted, and start:end locates the raw value in the string.
-type keyword struct {
-	key, value string
-	start, end int
-}
-
-// parseKeywordDSN splits a libpq keyword/value connection string
-// (host=h port=5432 password='a b\'c'). ok is false when it is malformed.
-func parseKeywordDSN(s string) ([]keyword, bool) {
-	var out []keyword
-	isSpace := func(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v' }
-	i := 0
-	for {
-		for i < len(s) && isSpace(s[i]) {
-			i++
-		}
-		if i == len(s) {
-			return out, true
-		}
-		ks := i
-		for i < len(s) && s[i] != '=' && !isSpace(s[i]) {
-			i++
-		}
-		key := s[ks:i]
-		for i < len(s) && isSpace(s[i]) {
-			i++
-		}
-		if key == "" || i == len(s) || s[i] != '=' {
-			return nil, false
-		}
-		i++
-		for i < len(s) && isSpace(s[i]) {
-			i++
-		}
-		var v strings.Builder
-		vs := i
-		if i < len(s) && s[i] == '\'' {
-			i++
-			closed := false
-			for i < len(s) {
-				c := s[i]
-				if c == '\\' && i+1 < len(s) {
-					v.WriteByte(s[i+1])
-					i += 2
-					continue
-				}
-				i++
-				if c == '\'' {
-					closed = true
-					break
-				}
-				v.WriteByte(c)
-			}
-			if !closed {
-				return nil, false
-			}
-		} else {
-			for i < len(s) && !isSpace(s[i]) {
-				if s[i] == '\\' && i+1 < len(s) {
-					i++
-				}
-				v.WriteByte(s[i])
-				i++
-			}
-		}
-		out = append(out, keyword{key: key, value: v.String(), start: vs, end: i})
 	}
 }
 
@@ -993,9 +868,9 @@ func dsnHasPassword(dsn string) bool {
 		}
 		return false
 	}
-	pairs, _ := parseKeywordDSN(dsn)
+	pairs, _ := postgres.ParseKeywordDSN(dsn)
 	for _, kv := range pairs {
-		if kv.key == "password" {
+		if kv.Key == "password" {
 			return true
 		}
 	}
@@ -1015,8 +890,11 @@ func checkPostgresDSN(dsn string) string {
 		}
 		return ""
 	}
-	if _, ok := parseKeywordDSN(dsn); !ok || !strings.Contains(dsn, "=") {
+	if !strings.Contains(dsn, "=") {
 		return "not a PostgreSQL connection string; use postgres://user@host:5432/db or the keyword form host=... dbname=... (quote values with spaces in single quotes)"
+	}
+	if _, err := postgres.ParseKeywordDSN(dsn); err != nil {
+		return err.Error() // names keywords, never values
 	}
 	return ""
 }
@@ -1043,13 +921,13 @@ func dsnTarget(kind, dsn string) (host, db string) {
 		}
 		return host, strings.TrimPrefix(u.Path, "/")
 	}
-	pairs, _ := parseKeywordDSN(dsn)
+	pairs, _ := postgres.ParseKeywordDSN(dsn)
 	for _, kv := range pairs {
-		switch kv.key {
+		switch kv.Key {
 		case "host":
-			host = strings.ToLower(kv.value)
+			host = strings.ToLower(kv.Value)
 		case "dbname":
-			db = kv.value
+			db = kv.Value
 		}
 	}
 	return host, db

@@ -143,9 +143,12 @@ func cmdFeed(ctx context.Context, a *cli) error {
 	if err != nil {
 		return err
 	}
+	if err := a.checkDSN("source.dsn", pc.DSN); err != nil { // dsn.go
+		return err
+	}
 	table, err := postgres.New(ctx, pc)
 	if err != nil {
-		return fmt.Errorf("open PostgreSQL table %s: %w", RedactDSN(a.cfg.Source.DSN), err)
+		return openError("source.dsn", pc.DSN, "open PostgreSQL table", err)
 	}
 	a.closers = append(a.closers, table.Close)
 	srv, err := feed.New(feed.Config{

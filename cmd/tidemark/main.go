@@ -19,7 +19,7 @@ import (
 	"github.com/tidemark/tidemark/connector/postgres"
 )
 
-// Exit codes (CONTRACT §10).
+// Exit codes (README.md, Exit codes).
 const (
 	exitOK       = 0
 	exitFailure  = 1 // runtime failure after retries
@@ -66,17 +66,31 @@ var commands = []command{
 	{"ledger", "print the ledger: runs, where each resumed from, and every committed transaction", cmdLedger},
 	{"reset", "operator decision: start the connector over from scratch or from a stated watermark", cmdReset},
 	{"feed", "serve the configured table as a reference changes API: feed serve --listen 127.0.0.1:8080 --hmac-key-file F", cmdFeed},
-	{"version", "print the version", func(_ context.Context, a *cli) error { fmt.Fprintln(a.stdout, "tidemark", version); return nil }},
+	{"version", "print the version (also --version; needs no configuration)", nil},
+	{"help", "help for a command: tidemark help run (also tidemark run --help)", nil},
 }
 
 // run is the whole CLI; main only wires the process to it, so tests run it
 // in-process.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	return runEnv(ctx, args, stdout, stderr, os.Getenv, os.Environ)
+}
+
+// runEnv is run with the environment given: env looks a variable up,
+// environ lists them all (for the TIDEMARK_* check, help.go).
+func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, env func(string) string, environ func() []string) int {
+	if len(args) == 0 {
 		usage(stderr)
-		if len(args) == 0 {
-			return exitConfig
-		}
+		return exitConfig
+	}
+	switch args[0] {
+	case "-h", "--help", "-help":
+		usage(stdout)
+		return exitOK
+	case "help":
+		return helpCommand(stdout, stderr, args[1:]) // help.go
+	case "version", "--version", "-version", "-v":
+		fmt.Fprintln(stdout, "tidemark", version) // no configuration needed
 		return exitOK
 	}
 	var cmd *command
@@ -86,25 +100,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if cmd == nil {
-		fmt.Fprintf(stderr, "tidemark: unknown command %q\n\n", args[0])
-		usage(stderr)
+		fmt.Fprintf(stderr, "tidemark: unknown command %q%s; run `tidemark help` for the commands\n", args[0], didYouMean(args[0], commandNames()))
 		return exitConfig
 	}
-	a := &cli{stdout: stdout, stderr: stderr, env: os.Getenv}
+	a := &cli{stdout: stdout, stderr: stderr, env: env, environ: environ}
 	if err := a.parse(cmd.name, args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
-		fmt.Fprintf(stderr, "tidemark %s: %v\n", cmd.name, err)
+		fmt.Fprintf(stderr, "tidemark %s: %s\n", cmd.name, printable(err.Error()))
 		return exitConfig
 	}
 	err := cmd.run(ctx, a)
+	// Kafka refusing the login or an operation is a configuration error
+	// (exit 2) for every command, not only those that connect first.
+	err = a.explainKafkaAccess(err) // security.go
 	code := exitCode(err)
 	if err != nil {
 		if a.log != nil {
 			a.log.Error(cmd.name+" stopped", "exit_code", code, "err", err.Error(), "action", errorAction(err, code))
 		}
-		fmt.Fprintf(stderr, "tidemark %s: %v\n", cmd.name, err)
+		fmt.Fprintf(stderr, "tidemark %s: %s\n", cmd.name, printable(err.Error()))
 		if hint := exitHint(code); hint != "" {
 			fmt.Fprintf(stderr, "(exit %d: %s)\n", code, hint)
 		}

@@ -48,8 +48,12 @@ func cmdReplica(ctx context.Context, a *cli) error {
 		DSN: f.targetDSN, Schema: f.targetSchema, Table: f.targetTable, IDColumn: f.idColumn,
 		Topic: a.cfg.Kafka.Topic,
 	}
+	dsnKey := "--target-dsn"
 	if cfg.DSN == "" {
-		cfg.DSN = a.cfg.Source.DSN
+		cfg.DSN, dsnKey = a.cfg.Source.DSN, "source.dsn"
+	}
+	if err := a.checkDSN(dsnKey, cfg.DSN); err != nil { // before anything connects
+		return err
 	}
 	if cfg.IDColumn == "" {
 		cfg.IDColumn = a.cfg.Source.IDColumn
@@ -66,7 +70,7 @@ func cmdReplica(ctx context.Context, a *cli) error {
 		if errors.Is(err, replicapg.ErrSchema) {
 			return &ConfigError{Key: "--target-table", Msg: "the replica table " + f.targetTable + " does not fit", Err: err}
 		}
-		return fmt.Errorf("open replica target %s: %w", RedactDSN(cfg.DSN), err)
+		return openError(dsnKey, cfg.DSN, "open replica target", err)
 	}
 	a.closers = append(a.closers, target.Close)
 
@@ -108,16 +112,25 @@ func (a *cli) sourceColumns(ctx context.Context) ([]replicapg.Column, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := a.checkDSN("source.dsn", pc.DSN); err != nil {
+		return nil, err
+	}
 	poolCfg, err := pgxpool.ParseConfig(pc.DSN)
 	if err != nil {
-		return nil, &ConfigError{Key: "source.dsn", Msg: "cannot parse", Err: err}
+		return nil, &ConfigError{Key: "source.dsn", Msg: "the PostgreSQL driver cannot use it"} // never its text: see dsn.go
 	}
 	if pc.Password != "" {
 		poolCfg.ConnConfig.Password = pc.Password
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err == nil {
+		err = pool.Ping(ctx)
+		if err != nil {
+			pool.Close()
+		}
+	}
 	if err != nil {
-		return nil, fmt.Errorf("connect to the source %s to read its column types: %w", RedactDSN(pc.DSN), err)
+		return nil, openError("source.dsn", pc.DSN, "connect to the source to read its column types:", err)
 	}
 	defer pool.Close()
 	cols, err := replicapg.DescribeSource(ctx, pool, pc.Schema, pc.Table, pc.Columns)

@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/tidemark/tidemark/connector/postgres"
 	"github.com/tidemark/tidemark/producer"
 )
 
@@ -369,15 +370,15 @@ func postgresHostsAndSSLMode(dsn string) (hosts []string, mode string) {
 		}
 		return hosts, mode
 	}
-	pairs, _ := parseKeywordDSN(dsn)
+	pairs, _ := postgres.ParseKeywordDSN(dsn)
 	for _, kv := range pairs {
-		switch kv.key {
+		switch kv.Key {
 		case "host", "hostaddr":
-			if kv.value != "" && hosts == nil {
-				hosts = strings.Split(kv.value, ",")
+			if kv.Value != "" && hosts == nil {
+				hosts = strings.Split(kv.Value, ",")
 			}
 		case "sslmode":
-			mode = kv.value
+			mode = kv.Value
 		}
 	}
 	return hosts, mode

@@ -19,6 +19,11 @@ var errMismatch = errors.New("verify found differences")
 // (or with a replica table) by key set and content digest.
 func cmdVerify(ctx context.Context, a *cli) error {
 	defer a.closeAll()
+	if a.replicaDSN != "" {
+		if err := a.checkDSN("--replica-dsn", a.replicaDSN); err != nil { // before anything connects
+			return err
+		}
+	}
 	src, err := a.source(ctx)
 	if err != nil {
 		return err
@@ -43,7 +48,11 @@ func cmdVerify(ctx context.Context, a *cli) error {
 		}
 		rs, err := postgres.New(ctx, pc)
 		if err != nil {
-			return fmt.Errorf("open the replica table %s.%s: %w", pc.Schema, pc.Table, err)
+			key := "--replica-dsn"
+			if a.replicaDSN == "" {
+				key = "source.dsn"
+			}
+			return openError(key, pc.DSN, fmt.Sprintf("open the replica table %s.%s at", pc.Schema, pc.Table), err)
 		}
 		a.closers = append(a.closers, rs.Close)
 		target = verify.Scanned{LiveScanner: rs}

@@ -187,7 +187,7 @@ func connect(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(cfg.DSN)
 	if err != nil {
 		// pgconn's ParseConfigError redacts the password.
-		return nil, fmt.Errorf("%w: dsn: %w", ErrBadConfig, err)
+		return nil, dsnError(cfg.DSN) // dsn.go: never pgx's text, which can quote the password
 	}
 	if cfg.Password != "" {
 		pc.ConnConfig.Password = cfg.Password
