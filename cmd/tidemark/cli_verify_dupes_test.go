@@ -43,3 +43,16 @@ func TestCLIVerifyDuplicateExit5(t *testing.T) {
 		}
 	}
 }
+
+// TestDedupeMaxEntriesIgnoredWithWarning: an older file that still bounds
+// the dedupe set loads, and the run says the key is ignored.
+func TestDedupeMaxEntriesIgnoredWithWarning(t *testing.T) {
+	path := writeConfig(t, minimal+"sync:\n  dedupe_max_entries: 20000\n")
+	var out, errOut strings.Builder
+	// status fails later (no broker answers on the reserved port); the
+	// warning comes first, when the configuration is read.
+	run(context.Background(), []string{"status", "--config", path, "--kafka.brokers", "127.0.0.1:1", "--log-format", "text"}, &out, &errOut)
+	if !strings.Contains(errOut.String(), "sync.dedupe_max_entries is no longer used") {
+		t.Errorf("no warning about sync.dedupe_max_entries:\n%s", errOut.String())
+	}
+}

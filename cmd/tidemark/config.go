@@ -221,11 +221,9 @@ type SyncConfig struct {
 	// TxnMaxDuration bounds how long one transaction collects pages before it
 	// commits. Default 5s.
 	TxnMaxDuration Duration `yaml:"txn_max_duration"`
-	// DedupeMaxEntries bounds the dedupe set B kept in the checkpoint; past
-	// it dedupe is skipped (and counted), never rows. 0 disables dedupe.
-	// Default 20000, at most 1000000. Each entry costs about 40 bytes plus
-	// the id in the checkpoint record, which must fit the offsets topic's
-	// max.message.bytes.
+	// DedupeMaxEntries is no longer used: the dedupe set has no bound
+	// (docs/design.md, "The dedupe set"). It is still accepted so that
+	// older files load, with a warning when set.
 	DedupeMaxEntries int `yaml:"dedupe_max_entries"`
 }
 
@@ -334,7 +332,6 @@ var defaults = map[string]string{
 	"sync.txn_max_records":      "10000",
 	"sync.txn_max_bytes":        "16MiB",
 	"sync.txn_max_duration":     "5s",
-	"sync.dedupe_max_entries":   "20000",
 	"sweep.interval":            "0s",
 	"sweep.max_keys_in_memory":  "4000000",
 	"log.level":                 "info",
@@ -462,8 +459,8 @@ func unjoin(err error) []error {
 }
 
 // ApplyDefaults fills every unset key that has a default. A key set
-// explicitly to zero by LoadConfig (sync.margin: 0s, sync.poll_jitter: 0,
-// sync.dedupe_max_entries: 0) keeps its zero; an empty string or list always
+// explicitly to zero by LoadConfig (sync.margin: 0s, sync.poll_jitter: 0)
+// keeps its zero; an empty string or list always
 // means the default. Postgres-only defaults apply only to kind postgres, and
 // kafka.topic defaults to source.table.
 func (c *Config) ApplyDefaults() {
@@ -672,9 +669,6 @@ func (c *Config) Validate() error {
 		p.add("sync.txn_max_duration", "%s is out of range; use a positive duration%s", y.TxnMaxDuration, with("sync.txn_max_duration"))
 	} else if k.TransactionTimeout.Duration > 0 && y.TxnMaxDuration.Duration >= k.TransactionTimeout.Duration {
 		p.add("sync.txn_max_duration", "%s is not below kafka.transaction_timeout %s; the broker would abort transactions, so lower it or raise the timeout", y.TxnMaxDuration, k.TransactionTimeout)
-	}
-	if y.DedupeMaxEntries < 0 || y.DedupeMaxEntries > 1000000 {
-		p.add("sync.dedupe_max_entries", "%d is out of range; use 0..1000000 (0 disables dedupe)%s", y.DedupeMaxEntries, with("sync.dedupe_max_entries"))
 	}
 
 	if c.Sweep.Interval.Duration < 0 {

@@ -87,7 +87,7 @@ func TestDefaults(t *testing.T) {
 		Sync: SyncConfig{
 			PageSize: 1000, Margin: Duration{10 * time.Second}, PollInterval: Duration{time.Second},
 			PollJitter: 0.2, TxnMaxRecords: 10000, TxnMaxBytes: 16 << 20,
-			TxnMaxDuration: Duration{5 * time.Second}, DedupeMaxEntries: 20000,
+			TxnMaxDuration: Duration{5 * time.Second},
 		},
 		Sweep: SweepConfig{MaxKeysInMemory: 4000000},
 		Log:   LogConfig{Level: "info", Format: "auto"},
@@ -402,7 +402,6 @@ sync:
   poll_jitter: 1.5
   txn_max_bytes: 0
   txn_max_duration: 3s
-  dedupe_max_entries: -1
 log:
   level: verbose
   format: xml
@@ -426,14 +425,13 @@ log:
 		"sync.poll_jitter: 1.5 is out of range; use a fraction 0..1 (default 0.2)",
 		"sync.txn_max_bytes: 0 is out of range",
 		"sync.txn_max_duration: 3s is not below kafka.transaction_timeout 2s",
-		"sync.dedupe_max_entries: -1 is out of range",
 		`log.level: "verbose" is not a level`,
 		`log.format: "xml" is not a format`,
 	)
 	// Each problem names where the value was set.
 	wantContains(t, msg, "tidemark.yaml:17: sync.page_size: 0 is out of range")
-	if n := strings.Count(msg, "\n") + 1; n != 20 {
-		t.Errorf("got %d problems, want 20:\n%s", n, msg)
+	if n := strings.Count(msg, "\n") + 1; n != 19 {
+		t.Errorf("got %d problems, want 19:\n%s", n, msg)
 	}
 
 	// Validate itself joins *ConfigErrors.
