@@ -6,12 +6,23 @@ package main
 // the failure under test.
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/tidemark/tidemark/feed"
+	"github.com/tidemark/tidemark/test/harness"
 )
 
 // edgeCLI runs the CLI in-process with env (nil: none) and returns the
@@ -88,5 +99,205 @@ func TestDSNParseErrorsNeverPrintThePassword(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The CLI: version without a configuration, one line and a hint for a bad
+// flag or command, help per command.
+func TestCLIVersionFlagsAndHelp(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		code, out, errOut := edgeCLI(t, nil, args...)
+		if code != exitOK || out != "tidemark "+version+"\n" {
+			t.Errorf("%v: exit %d, %q %q", args, code, out, errOut)
+		}
+	}
+	dir := t.TempDir()
+	cfg := writeEdgeConfig(t, dir, "c.yaml", "postgres://u@127.0.0.1:1/db", "")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--config", cfg, "--onse"}, `unknown flag --onse (did you mean "once"?); run ` + "`tidemark run --help`"},
+		{[]string{"run", "--config", cfg, "--source.tabel", "x"}, `did you mean "source.table"?`},
+		{[]string{"stauts", "--config", cfg}, `unknown command "stauts" (did you mean "status"?)`},
+	} {
+		code, out, errOut := edgeCLI(t, nil, tc.args...)
+		if code != exitConfig || !strings.Contains(errOut, tc.want) || out != "" {
+			t.Errorf("%v: exit %d, stderr:\n%s", tc.args, code, errOut)
+		}
+		if n := strings.Count(strings.TrimSpace(errOut), "\n") + 1; n > 2 {
+			t.Errorf("%v: %d lines on stderr, want one line and a hint:\n%s", tc.args, n, errOut)
+		}
+	}
+	for _, args := range [][]string{{"replica", "--help"}, {"help", "replica"}, {"feed", "serve", "--help"}, {"help", "feed"}} {
+		code, out, errOut := edgeCLI(t, nil, args...)
+		if code != exitOK || errOut != "" {
+			t.Errorf("%v: exit %d\n%s", args, code, errOut)
+		}
+		name := args[0]
+		if name == "help" {
+			name = args[1]
+		}
+		flags := map[string][]string{"replica": {"--target-table", "--target-dsn", "--from-beginning"}, "feed": {"--hmac-key-file", "--listen", "--public-url"}}[name]
+		for _, f := range flags {
+			if !strings.Contains(out, f) {
+				t.Errorf("%v: help lacks %s:\n%s", args, f, out)
+			}
+		}
+		if strings.Contains(out, "--sync.page_size") || strings.Count(out, "\n") > 40 {
+			t.Errorf("%v: help lists the configuration keys as flags (%d lines):\n%s", args, strings.Count(out, "\n"), out)
+		}
+	}
+}
+
+// JSON logs write durations as Go duration strings, and a TIDEMARK_*
+// variable that sets no key is warned about with the closest one.
+func TestCLILogDurationsAndUnknownEnv(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeEdgeConfig(t, dir, "c.yaml", "postgres://u@127.0.0.1:1/db?sslmode=disable&connect_timeout=1", "")
+	env := map[string]string{"TIDEMARK_SYNC_PAGESIZE": "5", "TIDEMARK_LOG_FORMAT": "json", "TIDEMARK_FEED_HMAC_KEY": "x"}
+	_, _, errOut := edgeCLI(t, env, "run", "--once", "--config", cfg)
+	if !strings.Contains(errOut, "TIDEMARK_SYNC_PAGESIZE") || !strings.Contains(errOut, "TIDEMARK_SYNC_PAGE_SIZE") {
+		t.Errorf("no warning with a suggestion for TIDEMARK_SYNC_PAGESIZE:\n%s", errOut)
+	}
+	if strings.Contains(errOut, "TIDEMARK_FEED_HMAC_KEY") {
+		t.Errorf("a known variable is warned about:\n%s", errOut)
+	}
+	var buf syncBuffer
+	log := newLogger(&buf, "info", "json")
+	log.Info("waiting", "retry_in", 1500*time.Millisecond)
+	if !strings.Contains(buf.String(), `"retry_in":"1.5s"`) {
+		t.Errorf("duration in a JSON log: %s", buf.String())
+	}
+}
+
+// startFeed runs `tidemark feed serve` until the test ends and returns its
+// endpoint.
+func startFeed(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errOut lockedBuffer
+	done := make(chan struct{})
+	code := 0
+	go func() {
+		defer close(done)
+		code = run(ctx, append([]string{"feed", "serve", "--listen", "127.0.0.1:0"}, args...), &out, &errOut)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			t.Error("feed serve did not stop")
+		}
+	})
+	re := regexp.MustCompile(`at (http://\S+)`)
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if m := re.FindStringSubmatch(out.String()); m != nil {
+			return m[1]
+		}
+		select {
+		case <-done:
+			t.Fatalf("feed serve exited %d:\n%s", code, errOut.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("feed serve did not start:\n%s", errOut.String())
+		}
+	}
+}
+
+// `tidemark feed serve`: a cursor minted for schema "S.a" table "b" is
+// foreign to schema "S" table "a.b" (item 4); --public-url makes the next
+// link (item 6); idle connections are closed and connections bounded
+// (item 3); a low-entropy key is refused (item 10).
+func TestCLIFeedServeHardening(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	weak := write("weak.key", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n")
+	if code, _, errOut := edgeCLI(t, nil, "feed", "serve", "--config", writeEdgeConfig(t, dir, "e.yaml", "postgres://u@127.0.0.1:1/db", ""),
+		"--hmac-key-file", weak); code != exitConfig || !strings.Contains(errOut, "entropy") || !strings.Contains(errOut, "--hmac-key-file") {
+		t.Errorf("a key of 32 times 'a': exit %d\n%s", code, errOut)
+	}
+
+	db := harness.NewDB(t)
+	dotted := db.Schema + ".a"
+	db.Exec(t, fmt.Sprintf(`CREATE SCHEMA %q`, dotted))
+	t.Cleanup(func() { db.Exec(t, fmt.Sprintf(`DROP SCHEMA %q CASCADE`, dotted)) })
+	for _, tbl := range []string{fmt.Sprintf(`%q."b"`, dotted), fmt.Sprintf(`%q."a.b"`, db.Schema)} {
+		db.Exec(t, `CREATE TABLE `+tbl+` (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)`)
+		db.Exec(t, `INSERT INTO `+tbl+` SELECT i, now() FROM generate_series(1, 5) i`)
+	}
+	key := write("feed.key", "k7Qp2Zr9XvB4mN8sT1wY6cE3hJ5uL0aD\n")
+	cfgA := write("a.yaml", fmt.Sprintf("name: a\nsource:\n  dsn: %q\n  schema: %q\n  table: b\n", db.URL, dotted))
+	cfgB := write("b.yaml", fmt.Sprintf("name: b\nsource:\n  dsn: %q\n  schema: %q\n  table: a.b\n", db.URL, db.Schema))
+	a := startFeed(t, "--config", cfgA, "--hmac-key-file", key, "--public-url", "https://feed.example.com/v1/changes",
+		"--idle-timeout", "300ms", "--read-header-timeout", "300ms", "--max-conns", "3")
+	b := startFeed(t, "--config", cfgB, "--hmac-key-file", key)
+
+	resp, err := http.Get(a + "?limit=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var page feed.Response
+	_ = json.NewDecoder(resp.Body).Decode(&page)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || page.NextCursor == nil {
+		t.Fatalf("first page: %d %+v", resp.StatusCode, page)
+	}
+	if link := resp.Header.Get("Link"); !strings.HasPrefix(link, "<https://feed.example.com/v1/changes?cursor=") {
+		t.Errorf("Link %q is not built on --public-url", link)
+	}
+	resp, err = http.Get(b + "?cursor=" + url.QueryEscape(*page.NextCursor))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var eb feed.ErrorBody
+	_ = json.NewDecoder(resp.Body).Decode(&eb)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || eb.Error.Code != feed.CodeCursorForeign {
+		t.Errorf("a cursor of %s.b served by %s.\"a.b\": %d %+v, want 400 %s", dotted, db.Schema, resp.StatusCode, eb, feed.CodeCursorForeign)
+	}
+
+	// Past --max-conns a connection gets 503; an idle keep-alive connection
+	// and silent ones are closed by the timeouts.
+	http.DefaultClient.CloseIdleConnections()
+	host := strings.SplitN(strings.TrimPrefix(a, "http://"), "/", 2)[0]
+	var conns []net.Conn
+	for i := range 3 {
+		c, err := net.Dial("tcp", host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if i == 0 {
+			fmt.Fprint(c, "GET /changes?limit=1 HTTP/1.1\r\nHost: x\r\n\r\n")
+			r, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil || r.StatusCode != 200 {
+				t.Fatalf("keep-alive request: %v %v", r, err)
+			}
+		}
+		conns = append(conns, c)
+	}
+	over, err := net.Dial("tcp", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer over.Close()
+	_ = over.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if line, _ := bufio.NewReader(over).ReadString('\n'); !strings.Contains(line, "503") {
+		t.Errorf("a connection past --max-conns 3: %q, want 503", line)
+	}
+	for _, c := range conns {
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if n, err := io.Copy(io.Discard, c); err != nil {
+			t.Errorf("an idle connection was not closed within 5s by the 300ms timeouts (%d bytes): %v", n, err)
+		}
 	}
 }

@@ -79,12 +79,15 @@ func readSecretFile(path string) (string, error) {
 
 // feedOptions are the flags of `tidemark feed serve`.
 type feedOptions struct {
-	listen        string
-	path          string
-	keyFile       string
-	tenant        string
-	cursorTTL     time.Duration
-	authTokenFile string
+	listen         string
+	path           string
+	keyFile        string
+	tenant         string
+	cursorTTL      time.Duration
+	authTokenFile  string
+	publicURL      string
+	trustForwarded bool
+	limits         feed.Limits
 }
 
 // Environment variables for the feed's secrets, when no file is given.
@@ -109,6 +112,14 @@ func (a *cli) feedArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	})
 	fs.DurationVar(&o.cursorTTL, "cursor-ttl", 0, "refuse cursors older than this with 410 cursor_expired (0: never)")
 	fs.StringVar(&o.authTokenFile, "auth-token-file", "", "require Authorization: Bearer <token from this file> (default: env "+envFeedToken+", else none)")
+	fs.StringVar(&o.publicURL, "public-url", "", "the endpoint's public URL, e.g. https://api.example.com/v1/changes: next links are built on it (default: links relative to the request, never from the Host header)")
+	fs.BoolVar(&o.trustForwarded, "trust-forwarded", false, "build next links from X-Forwarded-Proto and X-Forwarded-Host (only behind a proxy that sets them)")
+	d := feed.DefaultLimits()
+	fs.DurationVar(&o.limits.ReadHeaderTimeout, "read-header-timeout", d.ReadHeaderTimeout, "longest time to read a request's headers")
+	fs.DurationVar(&o.limits.ReadTimeout, "read-timeout", d.ReadTimeout, "longest time to read a whole request")
+	fs.DurationVar(&o.limits.WriteTimeout, "write-timeout", d.WriteTimeout, "longest time to write an answer")
+	fs.DurationVar(&o.limits.IdleTimeout, "idle-timeout", d.IdleTimeout, "close a keep-alive connection idle this long")
+	fs.IntVar(&o.limits.MaxConns, "max-conns", d.MaxConns, "most connections open at once; more are answered 503 with Retry-After")
 	return args[1:], nil
 }
 
@@ -128,8 +139,12 @@ func cmdFeed(ctx context.Context, a *cli) error {
 		}
 		key = []byte(k)
 	}
-	if len(key) < 16 {
-		return &ConfigError{Key: "--hmac-key-file", Msg: fmt.Sprintf("the cursor key is %d bytes; give at least 16 (e.g. head -c 32 /dev/urandom | base64 > feed.key) in --hmac-key-file or %s", len(key), envFeedKey)}
+	if err := feed.CheckKey(key); err != nil {
+		return &ConfigError{Key: "--hmac-key-file", Msg: fmt.Sprintf("%v (in --hmac-key-file or %s)", err, envFeedKey)}
+	}
+	l := o.limits
+	if l.ReadHeaderTimeout <= 0 || l.ReadTimeout <= 0 || l.WriteTimeout <= 0 || l.IdleTimeout <= 0 || l.MaxConns < 1 {
+		return &ConfigError{Key: "--max-conns", Msg: "the feed's timeouts must be positive and --max-conns at least 1: an unbounded server can be held open by idle or trickling clients"}
 	}
 	token := a.env(envFeedToken)
 	if o.authTokenFile != "" {
@@ -152,11 +167,11 @@ func cmdFeed(ctx context.Context, a *cli) error {
 	}
 	a.closers = append(a.closers, table.Close)
 	srv, err := feed.New(feed.Config{
-		Table: table, Key: key, Collection: pc.Schema + "." + pc.Table, Filter: pc.Filter, Tenant: o.tenant,
-		CursorTTL: o.cursorTTL, AuthToken: token, Logger: a.log,
+		Table: table, Key: key, Collection: feedCollection(pc.Schema, pc.Table), Filter: pc.Filter, Tenant: o.tenant,
+		CursorTTL: o.cursorTTL, AuthToken: token, PublicURL: o.publicURL, TrustForwarded: o.trustForwarded, Logger: a.log,
 	})
 	if err != nil {
-		return &ConfigError{Msg: err.Error()}
+		return &ConfigError{Key: "feed serve", Msg: err.Error()}
 	}
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
@@ -164,12 +179,15 @@ func cmdFeed(ctx context.Context, a *cli) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET "+o.path, srv)
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	hs := l.Server(mux)
+	ln = l.Listener(ln)
 	url := "http://" + ln.Addr().String() + o.path
 	fmt.Fprintf(a.stdout, "serving %s.%s at %s\n", pc.Schema, pc.Table, url)
 	a.log.Info("feed serving", "url", url, "table", pc.Schema+"."+pc.Table, "tenant", o.tenant, "auth", token != "")
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
+	a.log.Info("feed limits", "read_header_timeout", l.ReadHeaderTimeout, "read_timeout", l.ReadTimeout,
+		"write_timeout", l.WriteTimeout, "idle_timeout", l.IdleTimeout, "max_conns", l.MaxConns)
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)
@@ -178,4 +196,18 @@ func cmdFeed(ctx context.Context, a *cli) error {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	return hs.Shutdown(sctx)
+}
+
+// feedCollection names the served table in every cursor's fingerprint:
+// schema and table as quoted identifiers, so that schema "x.y" table "z"
+// and schema "x" table "y.z" differ. A name without '.' or '"' keeps its
+// plain spelling (public.orders), so cursors minted before stay valid.
+func feedCollection(schema, table string) string {
+	q := func(id string) string {
+		if !strings.ContainsAny(id, `."`) {
+			return id
+		}
+		return `"` + strings.ReplaceAll(id, `"`, `""`) + `"`
+	}
+	return q(schema) + "." + q(table)
 }
