@@ -301,3 +301,47 @@ func TestCLIFeedServeHardening(t *testing.T) {
 		}
 	}
 }
+
+// Item 11: configuration problems exit 2 with the fix, not 1 with "run
+// again to resume": a database that does not exist, sweep and verify with
+// the HTTP source, replica of an HTTP config without --target-dsn.
+func TestCLIConfigurationProblemsExit2(t *testing.T) {
+	db := harness.NewDB(t)
+	u, err := url.Parse(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/no_such_database_tm"
+	dir := t.TempDir()
+	nodb := writeEdgeConfig(t, dir, "nodb.yaml", u.String(), "")
+	httpCfg := filepath.Join(dir, "http.yaml")
+	if err := os.WriteFile(httpCfg, []byte("name: h\nsource:\n  kind: http\n  dsn: http://127.0.0.1:1/changes\nkafka:\n  brokers: [127.0.0.1:1]\n  topic: t\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"run", "--once", "--config", nodb}, []string{"source.dsn", "does not exist", "dbname"}},
+		{[]string{"check", "--config", nodb}, []string{"source.dsn", "does not exist"}},
+		{[]string{"sweep", "--config", httpCfg}, []string{"source.kind", "http"}},
+		{[]string{"verify", "--config", httpCfg}, []string{"source.kind", "http"}},
+		{[]string{"replica", "--config", httpCfg, "--target-table", "r"}, []string{"--target-dsn", "source.kind http"}},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		var o, e syncBuffer
+		code := run(ctx, tc.args, &o, &e)
+		cancel()
+		if code != exitConfig {
+			t.Errorf("%v: exit %d, want %d\n%s", tc.args, code, exitConfig, e.String())
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(e.String(), w) {
+				t.Errorf("%v: stderr does not say %q:\n%s", tc.args, w, e.String())
+			}
+		}
+		if strings.Contains(e.String(), "run again to resume") {
+			t.Errorf("%v: stderr says to run again:\n%s", tc.args, e.String())
+		}
+	}
+}

@@ -50,6 +50,9 @@ func cmdReplica(ctx context.Context, a *cli) error {
 	}
 	dsnKey := "--target-dsn"
 	if cfg.DSN == "" {
+		if !a.isPostgres() {
+			return &ConfigError{Key: "--target-dsn", Msg: fmt.Sprintf("required with source.kind %s: source.dsn is the changes API's URL, not a database; give the replica database, e.g. --target-dsn postgres://replica@localhost:5432/shop", a.cfg.Source.Kind)}
+		}
 		cfg.DSN, dsnKey = a.cfg.Source.DSN, "source.dsn"
 	}
 	if err := a.checkDSN(dsnKey, cfg.DSN); err != nil { // before anything connects

@@ -19,6 +19,9 @@ var errMismatch = errors.New("verify found differences")
 // (or with a replica table) by key set and content digest.
 func cmdVerify(ctx context.Context, a *cli) error {
 	defer a.closeAll()
+	if err := a.needsLiveRows("verify"); err != nil {
+		return err
+	}
 	if a.replicaDSN != "" {
 		if err := a.checkDSN("--replica-dsn", a.replicaDSN); err != nil { // before anything connects
 			return err
@@ -92,6 +95,9 @@ func cmdVerify(ctx context.Context, a *cli) error {
 // continuously.
 func cmdSweep(ctx context.Context, a *cli) error {
 	defer a.closeAll()
+	if err := a.needsLiveRows("sweep"); err != nil {
+		return err
+	}
 	e, opts, err := a.engine(ctx)
 	if err != nil {
 		return err
@@ -107,4 +113,16 @@ func cmdSweep(ctx context.Context, a *cli) error {
 		fmt.Fprintln(a.stdout, res.String())
 	}
 	return nil
+}
+
+// needsLiveRows refuses, before anything connects, a command that reads
+// every live row of the source (verify, sweep) when the source is an HTTP
+// changes API, which cannot list them.
+func (a *cli) needsLiveRows(cmd string) error {
+	if a.isPostgres() {
+		return nil
+	}
+	return &ConfigError{Key: "source.kind", Origin: a.cfg.origin["source.kind"], Msg: fmt.Sprintf(
+		"tidemark %s compares every live row of the source, and source.kind %s (a changes API) cannot list them; "+
+			"run it with a configuration of the PostgreSQL table behind the API (source.kind postgres), and let the API report deletes as deleted items", cmd, a.cfg.Source.Kind)}
 }
