@@ -212,6 +212,26 @@ func TestSecurityWrongPassword(t *testing.T) {
 	}
 }
 
+// TestSecurityWrongPasswordEveryCommand: every command that talks to Kafka
+// turns a refused SASL login into exit 2 naming kafka.sasl, not exit 1 with
+// "list end offsets ...: EOF".
+func TestSecurityWrongPasswordEveryCommand(t *testing.T) {
+	w := newSecWorld(t, nil)
+	cfg := w.config("bad.yaml", "not-the-password")
+	for _, args := range [][]string{
+		{"run", "--once"}, {"check"}, {"status"}, {"ledger"}, {"verify"}, {"sweep"},
+		{"replica", "--target-table", "items_replica", "--once"}, {"reset", "--yes"},
+	} {
+		code, _, errOut := w.cli(append(args, "--config", cfg)...)
+		if code != exitConfig || !strings.Contains(errOut, "kafka.sasl") || !strings.Contains(errOut, "rejected the SASL login") {
+			t.Errorf("%v: exit %d, want %d naming kafka.sasl\n%s", args, code, exitConfig, errOut)
+		}
+		if strings.Contains(errOut, "not-the-password") {
+			t.Errorf("%v: stderr shows the wrong password:\n%s", args, errOut)
+		}
+	}
+}
+
 // TestSecurityMissingACL: without one of the documented ACLs the run exits
 // 2, says what to grant, and writes nothing to the data topic.
 func TestSecurityMissingACL(t *testing.T) {
