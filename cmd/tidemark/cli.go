@@ -43,6 +43,7 @@ type cli struct {
 	toWM       string
 
 	replicaDSN, replicaSchema, replicaTable string
+	replicaPasswordEnv, replicaPasswordFile string // verify --replica-password-*
 
 	replica replicaFlags // tidemark replica (replica.go)
 
@@ -86,7 +87,9 @@ func (a *cli) parse(cmd string, args []string) error {
 		fs.BoolVar(&a.jsonOut, "json", false, "print the report as JSON")
 		fs.StringVar(&a.replicaTable, "replica-table", "", "compare with this replica table instead of the topic")
 		fs.StringVar(&a.replicaSchema, "replica-schema", "", "schema of the replica table (default: source.schema)")
-		fs.StringVar(&a.replicaDSN, "replica-dsn", "", "DSN of the replica database (default: source.dsn)")
+		fs.StringVar(&a.replicaDSN, "replica-dsn", "", "DSN of the replica database (default: source.dsn, with source.password_env or source.password_file)")
+		fs.StringVar(&a.replicaPasswordEnv, "replica-password-env", "", "environment variable holding the replica database's password")
+		fs.StringVar(&a.replicaPasswordFile, "replica-password-file", "", "file holding the replica database's password")
 	case "replica":
 		a.registerReplicaFlags(fs)
 	case "feed":

@@ -21,6 +21,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
 	"github.com/tidemark/tidemark/feed"
 	"github.com/tidemark/tidemark/test/harness"
 )
@@ -342,6 +345,122 @@ func TestCLIConfigurationProblemsExit2(t *testing.T) {
 		}
 		if strings.Contains(e.String(), "run again to resume") {
 			t.Errorf("%v: stderr says to run again:\n%s", tc.args, e.String())
+		}
+	}
+}
+
+// fakePostgres accepts connections, asks each for a clear-text password,
+// sends what it got on the channel and refuses the login (28P01).
+func fakePostgres(t *testing.T) (port string, got <-chan string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	ch := make(chan string, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				be := pgproto3.NewBackend(c, c)
+				msg, err := be.ReceiveStartupMessage()
+				if _, ok := msg.(*pgproto3.SSLRequest); ok {
+					_, _ = c.Write([]byte("N"))
+					msg, err = be.ReceiveStartupMessage()
+				}
+				if _, ok := msg.(*pgproto3.StartupMessage); !ok || err != nil {
+					return
+				}
+				be.Send(&pgproto3.AuthenticationCleartextPassword{})
+				if be.Flush() != nil || be.SetAuthType(pgproto3.AuthTypeCleartextPassword) != nil {
+					return
+				}
+				m, err := be.Receive()
+				if pm, ok := m.(*pgproto3.PasswordMessage); ok && err == nil {
+					ch <- pm.Password
+				}
+				be.Send(&pgproto3.ErrorResponse{Severity: "FATAL", Code: "28P01", Message: `password authentication failed for user "u"`})
+				_ = be.Flush()
+			}()
+		}
+	}()
+	_, port, _ = net.SplitHostPort(ln.Addr().String())
+	return port, ch
+}
+
+// Item 13: replica sends the password of --target-password-env or
+// --target-password-file, or, reusing the source DSN, source.password_env
+// or source.password_file; verify --replica-dsn likewise. Nobody has to put
+// a password on a command line. A refused password exits 2.
+func TestCLIReplicaPasswords(t *testing.T) {
+	port, got := fakePostgres(t)
+	dir := t.TempDir()
+	pwFile := filepath.Join(dir, "pw")
+	if err := os.WriteFile(pwFile, []byte("file-S3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dsn := "host=127.0.0.1 port=" + port + " user=u dbname=d sslmode=disable connect_timeout=5"
+	fromEnv := writeEdgeConfig(t, dir, "env.yaml", dsn, "  password_env: SRC_PW\n")
+	fromFile := writeEdgeConfig(t, dir, "file.yaml", dsn, "  password_file: "+pwFile+"\n")
+	plain := writeEdgeConfig(t, dir, "plain.yaml", "postgres://u@127.0.0.1:1/db", "")
+	env := map[string]string{"SRC_PW": "env-S3cret", "TGT_PW": "target-S3cret"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"replica", "--config", fromEnv, "--target-table", "r", "--infer", "--once"}, "env-S3cret"},
+		{[]string{"replica", "--config", fromFile, "--target-table", "r", "--infer", "--once"}, "file-S3cret"},
+		{[]string{"replica", "--config", plain, "--target-table", "r", "--infer", "--once", "--target-dsn", dsn, "--target-password-env", "TGT_PW"}, "target-S3cret"},
+		{[]string{"replica", "--config", plain, "--target-table", "r", "--infer", "--once", "--target-dsn", "postgres://u@127.0.0.1:" + port + "/d?sslmode=disable", "--target-password-file", pwFile}, "file-S3cret"},
+		{[]string{"replica", "--config", fromEnv, "--target-table", "r", "--infer", "--once", "--target-password-file", pwFile}, "file-S3cret"},
+	} {
+		code, out, errOut := edgeCLI(t, env, tc.args...)
+		select {
+		case pw := <-got:
+			if pw != tc.want {
+				t.Errorf("%v: the server got password %q, want %q", tc.args, pw, tc.want)
+			}
+		default:
+			t.Errorf("%v: no password reached the server (exit %d)\n%s", tc.args, code, errOut)
+		}
+		if code != exitConfig || !strings.Contains(errOut, "refused the password") {
+			t.Errorf("%v: exit %d, want %d saying the password was refused\n%s", tc.args, code, exitConfig, errOut)
+		}
+		if strings.Contains(out+errOut, "S3cret") {
+			t.Errorf("%v: the output holds the password:\n%s%s", tc.args, out, errOut)
+		}
+		for len(got) > 0 {
+			<-got
+		}
+	}
+	if code, _, errOut := edgeCLI(t, env, "replica", "--config", plain, "--target-table", "r", "--target-dsn", dsn,
+		"--target-password-env", "TGT_PW", "--target-password-file", pwFile); code != exitConfig || !strings.Contains(errOut, "--target-password-file") {
+		t.Errorf("both password flags: exit %d\n%s", code, errOut)
+	}
+}
+
+func TestWithPassword(t *testing.T) {
+	for _, tc := range []struct{ dsn, pw string }{
+		{"host=h dbname=d", `a b'c\d`},
+		{"postgres://u@h/d", "p@ss/w?rd&x=1 %"},
+		{"postgres://u@h/d?sslmode=disable", "é'"},
+	} {
+		got := withPassword(tc.dsn, tc.pw)
+		pc, err := pgconn.ParseConfig(got)
+		if err != nil {
+			t.Errorf("withPassword(%q, %q) = %q does not parse", tc.dsn, tc.pw, got)
+			continue
+		}
+		if pc.Password != tc.pw {
+			t.Errorf("withPassword(%q, %q) = %q: parsed password %q", tc.dsn, tc.pw, got, pc.Password)
+		}
+		if strings.Contains(RedactDSN(got), tc.pw) {
+			t.Errorf("RedactDSN(%q) shows the password", got)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -22,11 +23,15 @@ type replicaFlags struct {
 	fromBeginning bool
 	infer         bool
 	batchRecords  int
+	passwordEnv   string
+	passwordFile  string
 }
 
 func (a *cli) registerReplicaFlags(fs *flag.FlagSet) {
 	f := &a.replica
-	fs.StringVar(&f.targetDSN, "target-dsn", "", "PostgreSQL DSN of the replica database (default: source.dsn)")
+	fs.StringVar(&f.targetDSN, "target-dsn", "", "PostgreSQL DSN of the replica database (default: source.dsn, with source.password_env or source.password_file)")
+	fs.StringVar(&f.passwordEnv, "target-password-env", "", "environment variable holding the replica database's password (keeps it off the command line)")
+	fs.StringVar(&f.passwordFile, "target-password-file", "", "file holding the replica database's password; one trailing newline is trimmed")
 	fs.StringVar(&f.targetSchema, "target-schema", "", "schema of the replica table and its offsets table (default: the DSN's current schema)")
 	fs.StringVar(&f.targetTable, "target-table", "", "replica table; created when missing (required)")
 	fs.StringVar(&f.idColumn, "target-id-column", "", "replica column holding the record key (default: source.id_column, else id)")
@@ -58,6 +63,11 @@ func cmdReplica(ctx context.Context, a *cli) error {
 	if err := a.checkDSN(dsnKey, cfg.DSN); err != nil { // before anything connects
 		return err
 	}
+	pw, err := a.otherPassword("--target-password", f.passwordEnv, f.passwordFile, dsnKey, cfg.DSN)
+	if err != nil {
+		return err
+	}
+	cfg.DSN = withPassword(cfg.DSN, pw) // replicapg takes a DSN only
 	if cfg.IDColumn == "" {
 		cfg.IDColumn = a.cfg.Source.IDColumn
 	}
@@ -158,4 +168,61 @@ func replicaError(err error, table string) error {
 			Hint: "run one replica process per target table"}
 	}
 	return err
+}
+
+// otherPassword is the password for a second database (replica --target-*,
+// verify --replica-*): from the variable named by passwordEnv or the file
+// passwordFile (flag is the flags' common prefix), else, when the DSN is
+// source.dsn's, source.password_env or source.password_file. "" means the
+// DSN (or ~/.pgpass) carries it.
+func (a *cli) otherPassword(flag, passwordEnv, passwordFile, dsnKey, dsn string) (string, error) {
+	switch {
+	case passwordEnv != "" && passwordFile != "":
+		return "", &ConfigError{Key: flag + "-file", Msg: flag + "-env and " + flag + "-file are both set; keep one"}
+	case (passwordEnv != "" || passwordFile != "") && dsnHasPassword(dsn):
+		return "", &ConfigError{Key: flag + "-env", Msg: "the DSN holds a password too; keep one (remove it from " + dsnKey + ")"}
+	case passwordEnv != "":
+		v := a.env(passwordEnv)
+		if v == "" {
+			return "", &ConfigError{Key: flag + "-env", Msg: fmt.Sprintf("environment variable %s is not set or empty; export it, or use %s-file", passwordEnv, flag)}
+		}
+		return v, nil
+	case passwordFile != "":
+		v, err := readSecretFile(passwordFile)
+		if err != nil {
+			return "", &ConfigError{Key: flag + "-file", Msg: err.Error()}
+		}
+		return v, nil
+	case dsnKey == "source.dsn":
+		return a.cfg.Password(a.env)
+	}
+	return "", nil
+}
+
+// withPassword adds a password to a PostgreSQL DSN for drivers that take a
+// DSN only: a quoted password keyword, or a percent-encoded password query
+// parameter. The result is as secret as the password (print it with
+// RedactDSN).
+func withPassword(dsn, pw string) string {
+	if pw == "" {
+		return dsn
+	}
+	if urlFormRE.MatchString(dsn) {
+		var b strings.Builder
+		for i := 0; i < len(pw); i++ {
+			c := pw[i]
+			if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-._~", c) >= 0 {
+				b.WriteByte(c)
+			} else {
+				fmt.Fprintf(&b, "%%%02X", c)
+			}
+		}
+		sep := "?"
+		if strings.Contains(dsn, "?") {
+			sep = "&"
+		}
+		return dsn + sep + "password=" + b.String()
+	}
+	esc := strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(pw)
+	return dsn + " password='" + esc + "'"
 }

@@ -42,8 +42,12 @@ func cmdVerify(ctx context.Context, a *cli) error {
 		if err != nil {
 			return err
 		}
+		dsnKey := "source.dsn"
 		if a.replicaDSN != "" {
-			pc.DSN, pc.Password = a.replicaDSN, ""
+			pc.DSN, dsnKey = a.replicaDSN, "--replica-dsn"
+		}
+		if pc.Password, err = a.otherPassword("--replica-password", a.replicaPasswordEnv, a.replicaPasswordFile, dsnKey, pc.DSN); err != nil {
+			return err
 		}
 		pc.Table, pc.Filter, pc.DeletedAtColumn = a.replicaTable, "", ""
 		if a.replicaSchema != "" {
