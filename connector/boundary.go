@@ -83,12 +83,17 @@ type boundary struct {
 	// never need SHA-256.
 	pending map[uint32]pendingValue
 
-	units   []*unit // committed units, oldest first
-	byID    map[uint32]*unit
-	nextID  uint32
-	cur     *unit    // the open transaction's unit, nil until it changes B
-	dirty   []uint32 // entries whose unit is cur
-	written int64    // entries in the committed units, current or not
+	units  []*unit // committed units, oldest first
+	byID   map[uint32]*unit
+	nextID uint32
+	cur    *unit    // the open transaction's unit, nil until it changes B
+	dirty  []uint32 // entries whose unit is cur
+	// shadow are entries of the open transaction that replaced an entry of
+	// a committed unit. They are written even when they fall below the
+	// floor before the commit: the unit that held the replaced entry may
+	// outlive it, and a replay would bring that entry back.
+	shadow  map[uint32]bool
+	written int64 // entries in the committed units, current or not
 }
 
 type pendingValue struct {
@@ -111,6 +116,7 @@ func newBoundary() *boundary {
 		slots:   make([]uint32, 16),
 		pending: map[uint32]pendingValue{},
 		byID:    map[uint32]*unit{},
+		shadow:  map[uint32]bool{},
 		nextID:  1,
 		minTS:   1<<63 - 1,
 	}
@@ -177,6 +183,9 @@ func (b *boundary) take(idx int, u *unit) {
 	if old := b.unit[idx]; old != u.id {
 		if o := b.byID[old]; o != nil {
 			o.live--
+			if u == b.cur {
+				b.shadow[uint32(idx)] = true
+			}
 		}
 		b.unit[idx] = u.id
 		u.live++
@@ -267,6 +276,7 @@ func (b *boundary) remove(idx int) {
 	}
 	b.unit[idx] = 0
 	delete(b.pending, uint32(idx))
+	delete(b.shadow, uint32(idx))
 	b.freeing = append(b.freeing, uint32(idx))
 	b.live--
 	// Backward-shift deletion keeps every probe run unbroken.
@@ -291,7 +301,7 @@ func (b *boundary) prune(floor int64) {
 		if b.unit[idx] == 0 {
 			continue
 		}
-		if b.ts[idx] < floor {
+		if b.ts[idx] < floor && !b.shadow[uint32(idx)] {
 			b.remove(idx)
 		} else {
 			newMin = min(newMin, b.ts[idx])
@@ -308,29 +318,36 @@ type sealed struct {
 	segments [][]byte
 	entries  int64
 	drop     []*unit
-	all      bool // B rewritten whole: every older unit is dropped
 }
 
-// consolidation thresholds: rewrite B whole when the committed units hold
-// more than twice B plus slack, or are too many to name in a checkpoint.
+// Merge thresholds. When the committed units hold more than twice B plus
+// slack, B is rewritten whole. When more than maxUnits are live, or the
+// oldest lie more than maxUnitDistance offsets behind the newest, the
+// oldest units are merged into the new one. Merging a prefix keeps every
+// write logarithmic in the number of times it is rewritten.
 const (
 	maxUnits        = 64
 	rewriteSlack    = 64 << 10
-	maxUnitDistance = 1 << 20 // offsets between the oldest and newest unit
+	maxUnitDistance = 1 << 20
 )
 
 // seal encodes the open transaction's unit and lists the units that can be
-// dropped. Nothing changes until done is called after the commit.
+// dropped. Nothing is committed until done is called after the commit.
 func (b *boundary) seal() sealed {
 	var s sealed
-	if b.rewriteDue() {
+	if n := b.mergeDue(); n > 0 {
+		// Re-emit the current entries of the oldest n units into the new
+		// one; those units then hold nothing current and are dropped.
+		merge := make(map[uint32]bool, n)
+		for _, u := range b.units[:n] {
+			merge[u.id] = true
+		}
 		u := b.openUnit()
 		for idx := range b.hash {
-			if b.unit[idx] != 0 {
+			if merge[b.unit[idx]] {
 				b.take(idx, u)
 			}
 		}
-		s.all = true
 	}
 	var es []schemas.BoundaryRecord
 	for _, idx := range b.dirty {
@@ -353,24 +370,34 @@ func (b *boundary) seal() sealed {
 		s.segments = append(s.segments, schemas.AppendBoundarySegment(make([]byte, 0, 8+n*19), es[:n]))
 		es = es[n:]
 	}
+	// Only ever drop from the front: a unit is dropped once it and every
+	// older one hold nothing current (docs/design.md, "The dedupe set").
 	for _, u := range b.units {
-		if !s.all && u.live > 0 {
-			break // only ever drop from the front
+		if u.live > 0 {
+			break
 		}
 		s.drop = append(s.drop, u)
 	}
 	return s
 }
 
-func (b *boundary) rewriteDue() bool {
-	if len(b.units) == 0 {
-		return false
+// mergeDue is how many of the oldest units the next commit merges.
+func (b *boundary) mergeDue() int {
+	n := len(b.units)
+	switch {
+	case n == 0:
+		return 0
+	case b.written > 2*int64(b.live)+rewriteSlack:
+		return n
+	case n > maxUnits:
+		return n / 2
 	}
-	if len(b.units) > maxUnits || b.written > 2*int64(b.live)+rewriteSlack {
-		return true
+	newest := b.units[n-1].offsets[len(b.units[n-1].offsets)-1]
+	far := 0
+	for far < n && newest-b.units[far].offsets[0] > maxUnitDistance {
+		far++
 	}
-	first, last := b.units[0], b.units[len(b.units)-1]
-	return last.offsets[len(last.offsets)-1]-first.offsets[0] > maxUnitDistance
+	return far
 }
 
 // done applies a committed seal: the open unit becomes a committed unit of
@@ -388,6 +415,7 @@ func (b *boundary) done(s sealed, seq int64, offsets []int64) {
 		b.written += u.entries
 	}
 	b.cur, b.dirty = nil, b.dirty[:0]
+	clear(b.shadow)
 	b.free = append(b.free, b.freeing...)
 	b.freeing = b.freeing[:0]
 }

@@ -1,0 +1,196 @@
+package connector
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+type bModel struct {
+	digest uint64
+	ts     int64
+}
+
+// contents lists B's entries by key hash.
+func (b *boundary) contents() map[uint64]bModel {
+	out := map[uint64]bModel{}
+	for idx := range b.hash {
+		if b.unit[idx] == 0 {
+			continue
+		}
+		b.settle(idx)
+		out[b.hash[idx]] = bModel{b.digest[idx], b.ts[idx]}
+	}
+	return out
+}
+
+// TestBoundaryReplayEqualsMemory drives B through random transactions (new
+// keys, rewrites, timestamps that go backwards, touches, a rising floor)
+// and after every commit rebuilds it from the committed units alone, as a
+// restart does: the rebuilt set must equal the one in memory and a plain
+// map model, entry for entry. It also checks that the units stay bounded.
+func TestBoundaryReplayEqualsMemory(t *testing.T) {
+	for _, seed := range []uint64{1, 2, 3, 4, 5} {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 99))
+			b := newBoundary()
+			model := map[uint64]bModel{}
+			records := map[int64][]byte{} // offsets topic: offset -> segment
+			next := int64(0)
+			floor := int64(-1 << 62)
+			for seq := int64(1); seq <= 400; seq++ {
+				for range rng.IntN(300) {
+					id := fmt.Sprintf("k%d", rng.IntN(2000))
+					h := idHash(id)
+					ts := floor + int64(rng.IntN(5000)) - 100 // sometimes below the floor, sometimes backwards
+					switch rng.IntN(10) {
+					case 0: // touch: the same record met again at another time
+						if idx, ok := b.find(h); ok {
+							b.settle(idx)
+							b.touch(idx, ts)
+							model[h] = bModel{model[h].digest, ts}
+						}
+					default:
+						r := &Row{ID: id, Value: fmt.Appendf(nil, `{"v":%d}`, rng.IntN(1000))}
+						b.publish(r, h, ts)
+						model[h] = bModel{entryDigest(id, Digest(r)), ts}
+					}
+				}
+				if rng.IntN(4) == 0 {
+					floor += int64(rng.IntN(2000))
+				}
+				b.prune(floor)
+				for h, m := range model {
+					if m.ts < floor {
+						delete(model, h)
+					}
+				}
+				s := b.seal()
+				var offs []int64
+				for _, seg := range s.segments {
+					records[next] = seg
+					offs = append(offs, next)
+					next++
+				}
+				for _, u := range s.drop {
+					for _, o := range u.offsets {
+						delete(records, o) // compaction after the tombstone
+					}
+				}
+				b.done(s, seq, offs)
+				// What the next commit does first; entries that replaced
+				// a committed one were kept past the floor until written.
+				b.prune(floor)
+				if len(b.units) > maxUnits+1 {
+					t.Fatalf("seq %d: %d units live", seq, len(b.units))
+				}
+
+				// A restart: replay the units named by the "checkpoint".
+				r := newBoundary()
+				for _, u := range b.units {
+					var segs [][]byte
+					for _, o := range u.offsets {
+						seg, ok := records[o]
+						if !ok {
+							t.Fatalf("seq %d: unit %d's segment at %d was dropped", seq, u.seq, o)
+						}
+						segs = append(segs, seg)
+					}
+					if _, err := r.replay(u.seq, u.offsets, segs); err != nil {
+						t.Fatal(err)
+					}
+				}
+				r.prune(floor)
+				mem, rep := b.contents(), r.contents()
+				if len(mem) != len(model) || len(rep) != len(model) {
+					t.Fatalf("seq %d: %d entries in memory, %d replayed, %d in the model", seq, len(mem), len(rep), len(model))
+				}
+				for h, m := range model {
+					if mem[h] != m || rep[h] != m {
+						t.Fatalf("seq %d: key %x: model %+v, memory %+v, replayed %+v", seq, h, m, mem[h], rep[h])
+					}
+				}
+				var live int
+				for _, u := range b.units {
+					live += u.live
+				}
+				if live != b.Len() {
+					t.Fatalf("seq %d: units count %d current entries, B has %d", seq, live, b.Len())
+				}
+			}
+			t.Logf("%d units, %d entries written in them, %d in B, %d segment records kept", len(b.units), b.written, b.Len(), len(records))
+		})
+	}
+}
+
+// TestBoundaryNoResurrection: a key's newest entry is pruned while an older
+// unit still holds an earlier entry of the key with a later timestamp
+// (updated_at went backwards). Replaying the units must not bring the old
+// entry back: units are dropped from the front only.
+func TestBoundaryNoResurrection(t *testing.T) {
+	b := newBoundary()
+	records := map[int64][]byte{}
+	commit := func(seq int64) {
+		s := b.seal()
+		var offs []int64
+		for i, seg := range s.segments {
+			o := seq*10 + int64(i)
+			records[o] = seg
+			offs = append(offs, o)
+		}
+		b.done(s, seq, offs)
+	}
+	b.put("x", 5000, 1) // unit 1: x at 5000, and y to keep unit 1 alive
+	b.put("y", 9000, 2)
+	commit(1)
+	b.put("x", 100, 3) // unit 2: x again, dated earlier
+	commit(2)
+	b.prune(1000) // x's newest entry goes; unit 2 holds nothing current
+	commit(3)
+	r := newBoundary()
+	for _, u := range b.units {
+		var segs [][]byte
+		for _, o := range u.offsets {
+			segs = append(segs, records[o])
+		}
+		if _, err := r.replay(u.seq, u.offsets, segs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.prune(1000)
+	if _, ok := r.find(idHash("x")); ok {
+		t.Errorf("x came back from unit 1 after its newer entry was pruned (units %d)", len(b.units))
+	}
+	if _, ok := r.find(idHash("y")); !ok {
+		t.Error("y lost")
+	}
+}
+
+// TestBoundaryMillionEntries: a window of 1,000,000 rows fits, in the
+// memory the design states (docs/design.md, "The dedupe set").
+func TestBoundaryMillionEntries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	b := newBoundary()
+	for i := range 1_000_000 {
+		b.put(fmt.Sprint(i), 1_714_560_000_000_000, uint64(i))
+	}
+	if b.Len() != 1_000_000 {
+		t.Fatalf("%d entries", b.Len())
+	}
+	per := float64(b.bytes()) / 1e6
+	t.Logf("1,000,000 entries: %.1f bytes an entry", per)
+	if per > 40 {
+		t.Errorf("%.1f bytes an entry; the design states at most about 39", per)
+	}
+	s := b.seal()
+	var size int
+	for _, seg := range s.segments {
+		size += len(seg)
+	}
+	t.Logf("as segments: %d records, %.1f bytes an entry", len(s.segments), float64(size)/1e6)
+	if len(s.segments) != (1_000_000+32767)/32768 {
+		t.Errorf("%d segments", len(s.segments))
+	}
+}
