@@ -8,7 +8,7 @@ import (
 	"github.com/tidemark/tidemark/schemas"
 )
 
-// Completion is the record a run ends with (CONTRACT §7): what was done,
+// Completion is the record a run ends with (docs/design.md, "Proof"): what was done,
 // up to where, and the evidence that the end was reached.
 type Completion struct {
 	Connector   string `json:"connector"`

@@ -8,7 +8,7 @@
 // (implemented by producer and offsets). It never talks to Kafka or a
 // database itself, and it never parses a source's cursor.
 //
-// The guarantees it keeps (CONTRACT §3-4):
+// The guarantees it keeps (docs/design.md, "The walk" and "Watermark", "Records"):
 //
 //   - a pass starts at updated_at >= W - margin and walks to the current end;
 //     it ends only when the source says so (an empty page after the cursor);

@@ -14,7 +14,7 @@ var ErrFenced = errors.New("fenced by another instance with the same connector n
 var ErrPermanent = errors.New("permanent failure")
 
 // StopError is a safety stop: the connector cannot continue without an
-// operator decision (CONTRACT §6). It never guesses.
+// operator decision (docs/design.md, "Safety stops"). It never guesses.
 type StopError struct {
 	// Reason says what happened.
 	Reason string

@@ -10,7 +10,7 @@ import (
 )
 
 // BenchmarkKeySet1M measures the memory of a sweep's key set with one
-// million live keys (CONTRACT §5; the target is "comfortably within 100
+// million live keys (docs/design.md, "Deletes and the sweep"; the target is "comfortably within 100
 // MiB"): the topic's keys are put with their digests, the source marks all
 // but 1,000 of them, and the unmarked ones are listed (the tombstones).
 //

@@ -57,7 +57,7 @@ func (r SweepResult) String() string {
 	return s
 }
 
-// Sweep reconciles the topic with the source (CONTRACT §5): it publishes a
+// Sweep reconciles the topic with the source (docs/design.md, "Deletes and the sweep"): it publishes a
 // tombstone for every live topic key whose id is gone from the source, and
 // republishes every source row the topic lacks or holds with another value.
 //

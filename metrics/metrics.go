@@ -173,7 +173,7 @@ func (m *Metrics) ObserveReread(reread, deduped int) {
 }
 
 // ObservePage implements connector.Observer. A page with no rows is the end
-// of the source (CONTRACT §3): the connector is caught up.
+// of the source (docs/design.md, "The walk" and "Watermark"): the connector is caught up.
 func (m *Metrics) ObservePage(fetch time.Duration, rows int) {
 	m.pageFetch.Observe(fetch.Seconds())
 	m.rowsRead.Add(float64(rows))

@@ -53,7 +53,7 @@ func (l *Ledger) Entries(ctx context.Context, last int64, fn func(*schemas.Ledge
 const auditWindow = 2000
 
 // Audit cross-checks a checkpoint (nil = none) against the tail of the
-// ledger (CONTRACT §6): the newest transaction entry must be the checkpoint's
+// ledger (docs/design.md, "Safety stops"): the newest transaction entry must be the checkpoint's
 // own (same seq, same next cursor, same counters); a checkpoint behind or
 // ahead of the ledger, or two entries for one position with different
 // cursors, is a safety stop. An empty ledger (expired, or a new ledger

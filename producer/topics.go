@@ -34,7 +34,7 @@ type Topics struct {
 }
 
 // EnsureTopics creates missing topics and checks existing ones against
-// CONTRACT §4. It returns one human line per topic saying what it found or
+// docs/design.md, "Records". It returns one human line per topic saying what it found or
 // did. A refused topic is a permanent error naming the fix.
 func EnsureTopics(ctx context.Context, cl *kgo.Client, t Topics) ([]string, error) {
 	adm := kadm.NewClient(cl)

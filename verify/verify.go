@@ -1,6 +1,6 @@
 // Package verify proves (or disproves) that a topic, or a replica table,
 // holds exactly the source's live rows: same key set, same content digest
-// per key (CONTRACT §7). Reaching the end of a walk is not proof; this is.
+// per key (docs/design.md, "Proof"). Reaching the end of a walk is not proof; this is.
 //
 // The target is read first (the topic up to its last stable offsets, or a
 // replica under its own snapshot), then the source under one snapshot, and

@@ -1,5 +1,5 @@
 // Package httpsrc is tidemark's HTTP changes-API source: it walks a
-// cursor-paginated feed (CONTRACT §8) such as the reference server in
+// cursor-paginated feed (docs/design.md, "The HTTP source") such as the reference server in
 // package feed.
 //
 // Each Page is one GET:

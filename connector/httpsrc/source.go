@@ -25,7 +25,7 @@ var errCrossOrigin = errors.New("refusing a redirect to another origin")
 // maxBody bounds one response body.
 const maxBody = 64 << 20
 
-// Source walks a cursor-paginated HTTP changes API (CONTRACT §8). It is safe
+// Source walks a cursor-paginated HTTP changes API (docs/design.md, "The HTTP source"). It is safe
 // for concurrent use; its progress guard (guard.go) follows one walk at a
 // time, the engine's, and a request that does not continue it starts anew.
 type Source struct {

@@ -60,7 +60,7 @@ func (t *table) colNames() string {
 func quote(parts ...string) string { return pgx.Identifier(parts).Sanitize() }
 
 // inspect reads the table's description from the catalog and checks it
-// against CONTRACT §2. The error is for I/O failures only; unmet
+// against docs/design.md, "Source table requirements". The error is for I/O failures only; unmet
 // requirements are Fail findings. The table is nil when the findings leave
 // nothing to build queries from.
 func inspect(ctx context.Context, q querier, cfg Config) (*table, Report, error) {

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Check runs the full preflight (CONTRACT §2) without needing a working
+// Check runs the full preflight (docs/design.md, "Source table requirements") without needing a working
 // Source: it connects, inspects the table, and when the table is usable
 // also checks the filter and the index. The error is for connection or
 // I/O failures (and invalid configuration, wrapping ErrBadConfig); unmet

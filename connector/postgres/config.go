@@ -9,7 +9,7 @@ import (
 )
 
 // ErrBadConfig marks errors caused by the configuration or by a source table
-// that does not meet the requirements (CONTRACT §2): retrying cannot help,
+// that does not meet the requirements (docs/design.md, "Source table requirements"): retrying cannot help,
 // an operator must change something. cmd maps it to exit code 2.
 var ErrBadConfig = errors.New("bad PostgreSQL source configuration")
 

@@ -55,7 +55,7 @@ func decodeCursor(c string, idKind idKind) (key, error) {
 	return key{micros: us, id: id}, nil
 }
 
-// idKind is the id column's type, from the whitelist in CONTRACT §2. It
+// idKind is the id column's type, from the whitelist in docs/design.md, "Source table requirements". It
 // picks the SQL cast applied to the cursor's id text; the cast name comes
 // from this list, never from configuration.
 type idKind uint8

@@ -1,6 +1,6 @@
 // Package postgres is tidemark's PostgreSQL table source: it reads one
 // table as a delta feed in (updated_at, id) order and encodes each row as
-// the record value (CONTRACT §2-4).
+// the record value (docs/design.md, "Source table requirements", "The walk" and "Watermark", "Records").
 //
 // It owns:
 //

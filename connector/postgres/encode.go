@@ -12,7 +12,7 @@ import (
 	"github.com/tidemark/tidemark/schemas"
 )
 
-// kind is how one column's PostgreSQL text output becomes JSON (CONTRACT §4).
+// kind is how one column's PostgreSQL text output becomes JSON (docs/design.md, "Records").
 // It is decided once per column from the catalog; encoding a row is a
 // switch per value, no reflection.
 type kind uint8

@@ -24,7 +24,7 @@ const horizonSQL = `SELECT clock_timestamp(), (
 
 // Horizon reports the server's clock and the start time of the oldest
 // transaction that is still running (holding a transaction id, or able to
-// get one by writing), for horizon mode (CONTRACT §3): W must not pass it,
+// get one by writing), for horizon mode (docs/design.md, "The walk" and "Watermark"): W must not pass it,
 // because that transaction may still commit rows whose updated_at is older
 // than anything read so far. A long read-only transaction holds W back too:
 // the price of never guessing which transactions will write.

@@ -43,7 +43,7 @@ type Finding struct {
 
 func (f Finding) String() string { return f.Severity.String() + " " + f.Check + ": " + f.Message }
 
-// Report is the result of a preflight (CONTRACT §2).
+// Report is the result of a preflight (docs/design.md, "Source table requirements").
 type Report struct {
 	Findings []Finding
 }

@@ -24,7 +24,7 @@ type Snapshot struct {
 
 var _ connector.SnapshotSource = (*Snapshot)(nil)
 
-// Snapshot starts a consistent view for an initial load (CONTRACT §3,
+// Snapshot starts a consistent view for an initial load (docs/design.md, "The walk" and "Watermark",
 // consistent mode). Start is the transaction's start time (now()), which
 // is no later than the moment the snapshot was taken. Close it when done;
 // it holds a connection and, while open, holds back vacuum.

@@ -125,7 +125,7 @@ func buildQueries(cfg Config, t *table) queries {
 	}
 }
 
-// New connects, checks the table against CONTRACT §2 and prepares the page
+// New connects, checks the table against docs/design.md, "Source table requirements" and prepares the page
 // queries. A table that does not meet the requirements, or a filter or
 // column list PostgreSQL rejects, is an error wrapping ErrBadConfig; run
 // Check for the full report including warnings.
@@ -193,7 +193,7 @@ func connect(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 		pc.ConnConfig.Password = cfg.Password
 	}
 	rp := pc.ConnConfig.RuntimeParams
-	// The value encoding (CONTRACT §4) depends on these: timestamps print in
+	// The value encoding (docs/design.md, "Records") depends on these: timestamps print in
 	// UTC and ISO order, floats print shortest-exact, bytea prints hex.
 	rp["TimeZone"] = "UTC"
 	rp["DateStyle"] = "ISO, YMD"

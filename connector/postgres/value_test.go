@@ -12,7 +12,7 @@ import (
 	"github.com/tidemark/tidemark/test/harness"
 )
 
-// TestValueEncoding pins the record value encoding of CONTRACT §4, type by
+// TestValueEncoding pins the record value encoding of docs/design.md, "Records", type by
 // type, against real PostgreSQL output.
 func TestValueEncoding(t *testing.T) {
 	db := harness.NewDB(t)

@@ -26,7 +26,7 @@ import (
 func TestMain(m *testing.M) { harness.Main(m) }
 
 // itemsDDL is the source table: one column of every encoding the value
-// format has (CONTRACT §4), so the replica's inverse mapping is exercised
+// format has (docs/design.md, "Records"), so the replica's inverse mapping is exercised
 // for each.
 const itemsDDL = `CREATE TABLE items (
 	id bigint PRIMARY KEY,

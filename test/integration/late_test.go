@@ -12,7 +12,7 @@ import (
 )
 
 // lateWriter plays a long transaction that commits late with an old
-// updated_at (CONTRACT §3):
+// updated_at (docs/design.md, "The walk" and "Watermark"):
 //
 //  1. transaction L begins and writes row 1000 with updated_at = its now()
 //     (T_L), so it holds a transaction id; it stays open;

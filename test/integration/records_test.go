@@ -18,7 +18,7 @@ import (
 )
 
 // typedDDL has a uuid id and one column of each type with an encoding of
-// its own (CONTRACT §4).
+// its own (docs/design.md, "Records").
 const typedDDL = `CREATE TABLE typed (
 	id uuid PRIMARY KEY,
 	updated_at timestamptz NOT NULL,
@@ -59,7 +59,7 @@ func seedTyped(r *rig.Rig) {
 // TestValueEncodingRoundTrip: a row with numeric, jsonb, bytea, text[],
 // timestamptz with microseconds and uuid goes through Kafka unchanged: the
 // record value is byte for byte what the source encodes, valid JSON, with
-// the CONTRACT §4 encodings.
+// the docs/design.md, "Records" encodings.
 func TestValueEncodingRoundTrip(t *testing.T) {
 	r := newRig(t, typedDDL, "typed")
 	seedTyped(r)

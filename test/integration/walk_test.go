@@ -240,7 +240,7 @@ func TestAnchorHardDeleted(t *testing.T) {
 	st := r.AssertFolded(want)
 	rig.AssertNoDupes(t, st)
 
-	// The reconciliation sweep (CONTRACT §5) then tombstones the two ids
+	// The reconciliation sweep (docs/design.md, "Deletes and the sweep") then tombstones the two ids
 	// gone from the table, and the topic equals the table.
 	res, err := r.Engine(r.Src, connector.Config{PageSize: 2}).SweepOnce(context.Background(), fold.Topic{Opts: r.Opts, Topic: r.Topic})
 	if err != nil {

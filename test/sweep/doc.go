@@ -1,5 +1,5 @@
 // Package sweep is the test suite of hard deletes and proof of completeness
-// (CONTRACT §5, §7): the reconciliation sweep and verify, against a real
+// (docs/design.md, "Deletes and the sweep", "Proof"): the reconciliation sweep and verify, against a real
 // PostgreSQL (harness.NewDB) and a Kafka-protocol broker (harness.NewKafka).
 //
 // Every scenario asserts final state: the data topic folded read_committed
