@@ -50,7 +50,7 @@ func TestCheckerCountsEachAnomaly(t *testing.T) {
 	produce(
 		rec("1", want["1"], ts(1)), rec("1", want["1"], ts(1)), // duplicate
 		// key 2 never published: lost
-		rec("3", `{"stale":true}`, ts(3)),                                                         // stale
+		rec("3", `{"stale":true}`, ts(3)),                                                                // stale
 		rec("4", `{"first":true}`, ts(4)), rec("4", `{"older":true}`, ts(0)), rec("4", want["4"], ts(4)), // regression
 		rec("5", `{"deleted":"but live in the topic"}`, ts(5)), // extra
 		rec("6", "", ts(6)), rec("6", "", ts(7)), // two tombstones of different versions: not a duplicate
