@@ -464,3 +464,70 @@ func TestWithPassword(t *testing.T) {
 		}
 	}
 }
+
+// Item 14: the README's loop (run, replica, verify the replica, verify the
+// topic), its commands read from README.md verbatim, on a source table
+// outside the DSN's current schema: every step exits 0.
+func TestREADMELoopVerbatim(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(readme), "## The whole loop")
+	if !ok {
+		t.Fatal("README.md has no section \"The whole loop\"")
+	}
+	_, block, _ = strings.Cut(block, "```sh\n")
+	block, _, _ = strings.Cut(block, "```")
+	var steps [][]string
+	for _, line := range strings.Split(block, "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		f := strings.Fields(line)
+		if len(f) > 0 && f[0] == "tidemark" {
+			steps = append(steps, f[1:])
+		}
+	}
+	if len(steps) < 4 {
+		t.Fatalf("found %d commands in the README's loop:\n%s", len(steps), block)
+	}
+
+	db := harness.NewDB(t)
+	kafka := harness.NewKafka(t)
+	db.Exec(t, `CREATE TABLE orders (id bigint PRIMARY KEY, status text, total numeric, updated_at timestamptz NOT NULL, deleted_at timestamptz);
+		CREATE INDEX ON orders (updated_at, id);
+		INSERT INTO orders SELECT i, 'new', i * 1.5, now() - i * interval '1 second', NULL FROM generate_series(1, 25) i`)
+	// The DSN's current schema is public; the table is in the test's schema.
+	u, err := url.Parse(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Del("search_path")
+	u.RawQuery = q.Encode()
+	t.Cleanup(func() { db.Exec(t, `DROP TABLE IF EXISTS public.orders_replica`) }) // where it went before
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "tidemark.yaml"), []byte(fmt.Sprintf(`name: readme-loop
+source:
+  dsn: %q
+  schema: %s
+  table: orders
+  deleted_at_column: deleted_at
+kafka:
+  brokers: [%s]
+log:
+  level: warn
+  format: text
+`, u.String(), db.Schema, strings.Join(kafka.Brokers, ", "))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	for _, args := range steps {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		var o, e syncBuffer
+		code := run(ctx, args, &o, &e)
+		cancel()
+		if code != exitOK {
+			t.Fatalf("tidemark %s: exit %d\n%s\n%s", strings.Join(args, " "), code, o.String(), e.String())
+		}
+	}
+}

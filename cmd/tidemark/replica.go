@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tidemark/tidemark/connector"
@@ -32,7 +33,7 @@ func (a *cli) registerReplicaFlags(fs *flag.FlagSet) {
 	fs.StringVar(&f.targetDSN, "target-dsn", "", "PostgreSQL DSN of the replica database (default: source.dsn, with source.password_env or source.password_file)")
 	fs.StringVar(&f.passwordEnv, "target-password-env", "", "environment variable holding the replica database's password (keeps it off the command line)")
 	fs.StringVar(&f.passwordFile, "target-password-file", "", "file holding the replica database's password; one trailing newline is trimmed")
-	fs.StringVar(&f.targetSchema, "target-schema", "", "schema of the replica table and its offsets table (default: the DSN's current schema)")
+	fs.StringVar(&f.targetSchema, "target-schema", "", "schema of the replica table and its offsets table (default: source.schema, where verify --replica-table looks; for an HTTP source the DSN's current schema)")
 	fs.StringVar(&f.targetTable, "target-table", "", "replica table; created when missing (required)")
 	fs.StringVar(&f.idColumn, "target-id-column", "", "replica column holding the record key (default: source.id_column, else id)")
 	fs.BoolVar(&f.fromBeginning, "from-beginning", false, "rebuild from scratch: empty the table and its positions in one transaction, then consume from the start")
@@ -71,6 +72,9 @@ func cmdReplica(ctx context.Context, a *cli) error {
 	if cfg.IDColumn == "" {
 		cfg.IDColumn = a.cfg.Source.IDColumn
 	}
+	if cfg.Schema == "" && a.isPostgres() {
+		cfg.Schema = a.cfg.Source.Schema // the default of verify --replica-schema too
+	}
 	if !f.infer {
 		cols, err := a.sourceColumns(ctx)
 		if err != nil {
@@ -82,6 +86,10 @@ func cmdReplica(ctx context.Context, a *cli) error {
 	if err != nil {
 		if errors.Is(err, replicapg.ErrSchema) {
 			return &ConfigError{Key: "--target-table", Msg: "the replica table " + f.targetTable + " does not fit", Err: err}
+		}
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "3F000" { // invalid_schema_name
+			return &ConfigError{Key: "--target-schema", Msg: fmt.Sprintf("schema %q does not exist in the replica database; create it, or name another with --target-schema", cfg.Schema)}
 		}
 		return openError(dsnKey, cfg.DSN, "open replica target", err)
 	}

@@ -59,7 +59,7 @@ func cmdVerify(ctx context.Context, a *cli) error {
 			if a.replicaDSN == "" {
 				key = "source.dsn"
 			}
-			return openError(key, pc.DSN, fmt.Sprintf("open the replica table %s.%s at", pc.Schema, pc.Table), err)
+			return openError(key, pc.DSN, fmt.Sprintf("open the replica table %s.%s (--replica-schema, default source.schema, and --replica-table name it) at", pc.Schema, pc.Table), err)
 		}
 		a.closers = append(a.closers, rs.Close)
 		target = verify.Scanned{LiveScanner: rs}
