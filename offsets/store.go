@@ -67,7 +67,9 @@ func (s *Store) Load(ctx context.Context) (*schemas.Checkpoint, error) {
 // topic holds every checkpoint ever committed, and reading them all made each
 // start slower than the one before. Only the newest one is decoded.
 func (s *Store) latest(ctx context.Context) (*schemas.Checkpoint, error) {
-	for _, window := range []int64{64, 4096, -1} {
+	// The topic also holds the dedupe set's segments (up to half a MiB
+	// each), so the first window is small.
+	for _, window := range []int64{16, 256, 4096, -1} {
 		var last *kgo.Record
 		err := fold.ScanTail(ctx, s.opts, s.topic, window, func(r *kgo.Record) error {
 			if string(r.Key) == s.connector {

@@ -32,10 +32,6 @@ func TestGracefulShutdownMidTransaction(t *testing.T) {
 	w.sync["page_size"] = "5"
 	w.sync["txn_max_records"] = "1000000"
 	w.sync["txn_max_duration"] = "20s"
-	// B is pruned at commits only, so one transaction holds every row it
-	// published in B: size it for the largest one, or the (documented)
-	// overflow would hide duplicates.
-	w.sync["dedupe_max_entries"] = "200000"
 	cfg := w.config()
 	lastOf := func(kind string) *schemas.LedgerEntry {
 		var last *schemas.LedgerEntry
