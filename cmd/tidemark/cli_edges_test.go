@@ -531,3 +531,33 @@ log:
 		}
 	}
 }
+
+// Item 15: the sslmode warning for a connection that leaves the host comes
+// from every command that opens one: feed serve and replica (source.dsn or
+// --target-dsn) and verify --replica-dsn too, before anything connects (here
+// the missing CA file stops each one first).
+func TestCLISSLModeWarningEverywhere(t *testing.T) {
+	dir := t.TempDir()
+	remote := "host=db.example.com dbname=d sslmode=require sslrootcert=" + filepath.Join(dir, "missing-ca.pem")
+	cfg := writeEdgeConfig(t, dir, "remote.yaml", remote, "")
+	local := writeEdgeConfig(t, dir, "local.yaml", "postgres://u@127.0.0.1:1/db?sslmode=disable", "")
+	key := filepath.Join(dir, "feed.key")
+	if err := os.WriteFile(key, []byte("k7Qp2Zr9XvB4mN8sT1wY6cE3hJ5uL0aD"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"feed", "serve", "--config", cfg, "--listen", "127.0.0.1:0", "--hmac-key-file", key},
+		{"replica", "--config", cfg, "--target-table", "r"},
+		{"replica", "--config", local, "--target-table", "r", "--target-dsn", remote},
+		{"verify", "--config", local, "--replica-table", "r", "--replica-dsn", remote},
+		{"check", "--config", cfg},
+	} {
+		code, _, errOut := edgeCLI(t, nil, args...)
+		if !strings.Contains(errOut, "PostgreSQL connection to db.example.com uses sslmode=require") {
+			t.Errorf("%v: no sslmode warning:\n%s", args, errOut)
+		}
+		if code != exitConfig || !strings.Contains(errOut, "missing-ca.pem") {
+			t.Errorf("%v: exit %d, want %d naming the CA file\n%s", args, code, exitConfig, errOut)
+		}
+	}
+}

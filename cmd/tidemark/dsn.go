@@ -16,12 +16,12 @@ import (
 // part that is wrong and shows the DSN redacted; the driver's own message
 // is never shown, because it can quote the password.
 func (a *cli) checkDSN(key, dsn string) error {
+	if w := postgresTLSWarning(dsn, a.env); w != "" {
+		a.log.Warn(w, "dsn", key) // security.go
+	}
 	if err := postgres.CheckDSN(dsn); err != nil {
 		return &ConfigError{Key: key, Origin: a.cfg.origin[key],
 			Msg: fmt.Sprintf("%v (the DSN, redacted: %s)", err, RedactDSN(dsn))}
-	}
-	if w := postgresTLSWarning(dsn, a.env); w != "" {
-		a.log.Warn(w, "dsn", key) // security.go
 	}
 	return nil
 }
