@@ -130,6 +130,9 @@ func (a *cli) parse(cmd string, args []string) error {
 	a.cfg = cfg
 	a.log = newLogger(a.stderr, cfg.Log.Level, cfg.Log.Format)
 	a.warnUnknownEnv() // help.go
+	for _, w := range cfg.Warnings() {
+		a.log.Warn(w)
+	}
 	if cfg.Sync.DedupeMaxEntries != 0 {
 		a.log.Warn("sync.dedupe_max_entries is no longer used and is ignored: the dedupe set has no bound and lives in segments of the offsets topic (docs/design.md); remove the key")
 	}

@@ -653,6 +653,11 @@ func (c *Config) Validate() error {
 	}
 	if y.PollInterval.Duration <= 0 {
 		p.add("sync.poll_interval", "%s is out of range; use a positive duration%s", y.PollInterval, with("sync.poll_interval"))
+	} else if y.PollInterval.Duration < minPollInterval {
+		p.add("sync.poll_interval", "%s is below %s: every pass costs at least one query or request to the source, so a tighter loop only loads it; use %s or more%s", y.PollInterval, minPollInterval, minPollInterval, with("sync.poll_interval"))
+	}
+	if y.Margin.Duration > maxMargin {
+		p.add("sync.margin", "%s is more than %s: every pass re-reads every row changed within the margin; size it to your longest writing transaction, or use source.horizon (README, Late commits)%s", y.Margin, maxMargin, with("sync.margin"))
 	}
 	if math.IsNaN(y.PollJitter) || y.PollJitter < 0 || y.PollJitter > 1 {
 		p.add("sync.poll_jitter", "%v is out of range; use a fraction 0..1%s", y.PollJitter, with("sync.poll_jitter"))
@@ -691,6 +696,28 @@ func (c *Config) Validate() error {
 	c.validateSecurity(p)
 	c.validateMetrics(p)
 	return errors.Join(p.errs...)
+}
+
+// Bounds of the values that are refused or warned about (Validate,
+// Warnings): below or above them a value is a mistake, not a choice.
+const (
+	minPollInterval  = 10 * time.Millisecond
+	warnPollInterval = 100 * time.Millisecond
+	maxMargin        = 168 * time.Hour
+	warnMargin       = time.Hour
+)
+
+// Warnings lists values that are allowed but unusual, each naming the key
+// and the cost; the CLI logs them at start.
+func (c *Config) Warnings() []string {
+	var w []string
+	if d := c.Sync.PollInterval.Duration; d >= minPollInterval && d < warnPollInterval {
+		w = append(w, fmt.Sprintf("sync.poll_interval %s is short: a caught-up connector queries the source %d times a second", d, time.Second/d))
+	}
+	if d := c.Sync.Margin.Duration; d > warnMargin && d <= maxMargin {
+		w = append(w, fmt.Sprintf("sync.margin %s is long: every pass re-reads every row changed in the last %s (deduplicated, but read)", d, d))
+	}
+	return w
 }
 
 // problems collects validation errors.

@@ -836,3 +836,34 @@ func FuzzRedactDSN(f *testing.F) {
 		}
 	})
 }
+
+// Item 10: absurd values are refused with a reason (a 1ns poll interval
+// is a hot loop; a margin of years re-reads the table on every pass), and
+// merely unusual ones are warned about.
+func TestAbsurdValues(t *testing.T) {
+	path := writeConfig(t, minimal)
+	for _, tc := range []struct {
+		set  string
+		want string
+	}{
+		{"sync.poll_interval=1ns", "sync.poll_interval: 1ns is below 10ms"},
+		{"sync.poll_interval=9ms", "sync.poll_interval: 9ms is below 10ms"},
+		{"sync.margin=100000h", "sync.margin: 100000h0m0s is more than 168h"},
+	} {
+		_, err := LoadConfig(path, envMap(nil), []string{tc.set})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.set, err, tc.want)
+		}
+	}
+	for set, warn := range map[string]string{
+		"sync.margin=2h":          "sync.margin",
+		"sync.poll_interval=50ms": "sync.poll_interval",
+		"sync.margin=10s":         "",
+	} {
+		c := mustLoad(t, path, nil, set)
+		got := strings.Join(c.Warnings(), "\n")
+		if (warn == "") != (got == "") || !strings.Contains(got, warn) {
+			t.Errorf("%s: warnings %q, want one naming %q", set, got, warn)
+		}
+	}
+}
