@@ -179,7 +179,7 @@ func (a *cli) closeAll() {
 func (a *cli) kafkaOpts() ([]kgo.Opt, error) {
 	brokers := a.cfg.Kafka.Brokers
 	if len(brokers) == 0 {
-		emb, addrs, err := startEmbedded(a.cfg.DataDir, a.log)
+		emb, addrs, err := startEmbedded(a.cfg.DataDir, a.cfg.Embedded.Listen, a.log)
 		if err != nil {
 			return nil, err
 		}

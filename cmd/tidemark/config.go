@@ -46,6 +46,8 @@ type Config struct {
 	// Metrics configures the HTTP server for /metrics, /healthz and
 	// /readyz (serve.go).
 	Metrics MetricsConfig `yaml:"metrics"`
+	// Embedded configures the embedded broker (embedded.go).
+	Embedded EmbeddedConfig `yaml:"embedded"`
 
 	// origin maps each dotted key set explicitly (by the file, the
 	// environment or an override) to where it was set: "tidemark.yaml:12",
@@ -695,6 +697,7 @@ func (c *Config) Validate() error {
 	}
 	c.validateSecurity(p)
 	c.validateMetrics(p)
+	c.validateEmbedded(p)
 	return errors.Join(p.errs...)
 }
 
@@ -713,6 +716,9 @@ func (c *Config) Warnings() []string {
 	var w []string
 	if d := c.Sync.PollInterval.Duration; d >= minPollInterval && d < warnPollInterval {
 		w = append(w, fmt.Sprintf("sync.poll_interval %s is short: a caught-up connector queries the source %d times a second", d, time.Second/d))
+	}
+	if c.Embedded.Listen != "" && len(c.Kafka.Brokers) > 0 {
+		w = append(w, "embedded.listen is ignored: kafka.brokers is set, so there is no embedded broker")
 	}
 	if d := c.Sync.Margin.Duration; d > warnMargin && d <= maxMargin {
 		w = append(w, fmt.Sprintf("sync.margin %s is long: every pass re-reads every row changed in the last %s (deduplicated, but read)", d, d))

@@ -66,6 +66,7 @@ var commands = []command{
 	{"ledger", "print the ledger: runs, where each resumed from, and every committed transaction", cmdLedger},
 	{"reset", "operator decision: start the connector over from scratch or from a stated watermark", cmdReset},
 	{"feed", "serve the configured table as a reference changes API: feed serve --listen 127.0.0.1:8080 --hmac-key-file F", cmdFeed},
+	{"broker", "serve the embedded broker's data on its own (embedded.listen), for kcat and other Kafka clients", cmdBroker},
 	{"version", "print the version (also --version; needs no configuration)", nil},
 	{"help", "help for a command: tidemark help run (also tidemark run --help)", nil},
 }
