@@ -144,9 +144,9 @@ func newLogger(w io.Writer, level, format string) *slog.Logger {
 	_ = lv.UnmarshalText([]byte(level))
 	opts := &slog.HandlerOptions{Level: lv, ReplaceAttr: durationAsText}
 	if format == "json" || format != "text" && !isTerminal(w) {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		return slog.New(redactHandler{slog.NewJSONHandler(w, opts)}) // redact.go
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.New(redactHandler{slog.NewTextHandler(w, opts)})
 }
 
 // durationAsText writes a duration as a Go duration string ("1.5s"), not

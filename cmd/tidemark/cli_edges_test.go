@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -560,4 +561,43 @@ func TestCLISSLModeWarningEverywhere(t *testing.T) {
 			t.Errorf("%v: exit %d, want %d naming the CA file\n%s", args, code, exitConfig, errOut)
 		}
 	}
+}
+
+// Item 2: with link pagination the cursors are URLs that carry the
+// endpoint's query (here an api_key). The completion record, the ledger,
+// the logs and errors print them with the secret redacted.
+func TestCLILinkCursorsRedacted(t *testing.T) {
+	w := newHTTPWorld(t, 14)
+	srv, err := feed.New(feed.Config{Table: w.table, Key: []byte("k7Qp2Zr9XvB4mN8sT1wY6cE3hJ5uL0aD"), Collection: w.db.Schema + ".items"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	const secret = "Api-K3y-S3cret"
+	cfg := w.httpConfig(hs.URL+"/changes?api_key="+secret, "    pagination: link")
+	ctx := context.Background()
+	for _, args := range [][]string{
+		{"run", "--once", "--log-level", "info", "--log-format", "json"},
+		{"run", "--once", "--json", "--log-level", "debug"},
+		{"ledger"}, {"ledger", "--json"}, {"status", "--json"},
+	} {
+		code, out, errOut := w.cli(ctx, secret, append(args, "--config", cfg)...) // fails the test on the secret
+		if code != exitOK {
+			t.Fatalf("%v: exit %d\n%s", args, code, errOut)
+		}
+		if args[0] == "run" && !strings.Contains(out, "api_key=REDACTED") {
+			t.Errorf("%v: the completion record does not show the end cursor redacted:\n%s", args, out)
+		}
+		if len(args) > 2 && args[2] == "--json" {
+			var c map[string]any
+			if strings.Count(out, "\n") != 1 || json.Unmarshal([]byte(out), &c) != nil {
+				t.Errorf("run --json printed more than one JSON line:\n%s", out)
+			}
+		}
+		if args[0] == "ledger" && !strings.Contains(out, "api_key=REDACTED") {
+			t.Errorf("%v: the ledger does not show its cursors redacted:\n%s", args, out)
+		}
+	}
+	w.assertTopic()
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/connector"
+	"github.com/tidemark/tidemark/connector/httpsrc"
 	"github.com/tidemark/tidemark/connector/postgres"
 	"github.com/tidemark/tidemark/fold"
 	"github.com/tidemark/tidemark/offsets"
@@ -36,8 +37,10 @@ func cmdRun(ctx context.Context, a *cli) (err error) {
 		"source", RedactDSN(a.cfg.Source.DSN), "table", a.cfg.Source.Schema+"."+a.cfg.Source.Table, "once", a.once)
 	c, err := e.Run(ctx, mode)
 	if c != nil && (a.once || err == nil) {
+		// A link cursor carries the endpoint's query (an api_key?).
+		c.View.EndCursor, c.Termination = httpsrc.RedactCursor(c.View.EndCursor), redactText(c.Termination)
 		if a.jsonOut {
-			b, _ := json.MarshalIndent(c, "", "  ")
+			b, _ := json.Marshal(c) // one line, as the README says
 			fmt.Fprintln(a.stdout, string(b))
 		} else {
 			fmt.Fprint(a.stdout, c.Text())
@@ -197,6 +200,9 @@ func cmdStatus(ctx context.Context, a *cli) (err error) {
 	cp, err := a.store(opts).Load(ctx)
 	if err != nil {
 		return err
+	}
+	if cp != nil { // a link cursor carries the endpoint's query (an api_key?)
+		cp.Cursor, cp.NeedsDecision = httpsrc.RedactCursor(cp.Cursor), redactText(cp.NeedsDecision)
 	}
 	if a.jsonOut {
 		if cp == nil {

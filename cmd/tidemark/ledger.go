@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/tidemark/tidemark/connector/httpsrc"
 	"github.com/tidemark/tidemark/schemas"
 )
 
@@ -18,6 +19,7 @@ func cmdLedger(ctx context.Context, a *cli) error {
 	n := 0
 	err = a.ledger(opts).Entries(ctx, 0, func(e *schemas.LedgerEntry) error {
 		n++
+		e.RequestCursor, e.NextCursor = httpsrc.RedactCursor(e.RequestCursor), httpsrc.RedactCursor(e.NextCursor) // link cursors carry the endpoint's query
 		if a.jsonOut {
 			b, _ := json.Marshal(e)
 			fmt.Fprintln(a.stdout, string(b))

@@ -121,7 +121,7 @@ func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, env fu
 		if a.log != nil {
 			a.log.Error(cmd.name+" stopped", "exit_code", code, "err", err.Error(), "action", errorAction(err, code))
 		}
-		fmt.Fprintf(stderr, "tidemark %s: %s\n", cmd.name, printable(err.Error()))
+		fmt.Fprintf(stderr, "tidemark %s: %s\n", cmd.name, printable(redactText(err.Error())))
 		if hint := exitHint(code); hint != "" {
 			fmt.Fprintf(stderr, "(exit %d: %s)\n", code, hint)
 		}
