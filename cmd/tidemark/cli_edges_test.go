@@ -601,3 +601,42 @@ func TestCLILinkCursorsRedacted(t *testing.T) {
 	}
 	w.assertTopic()
 }
+
+// CLI output: check names the HTTP source's endpoint (redacted) and every
+// topic's real cleanup.policy (the ledger's is delete); replica prints its
+// positions as partition=offset, not a Go map.
+func TestCLICheckAndReplicaOutput(t *testing.T) {
+	w := newCLIWorld(t)
+	cfg := w.config("tidemark.yaml", "items", "")
+	ctx := context.Background()
+	code, out, errOut := w.cli(ctx, "check", "--config", cfg)
+	if code != exitOK {
+		t.Fatalf("check: exit %d\n%s", code, errOut)
+	}
+	for _, want := range []string{"topic items-topic: created, 6 partitions, cleanup.policy=compact", "topic tidemark-offsets: created, 1 partitions, cleanup.policy=compact",
+		"topic tidemark-ledger: created, 1 partitions, cleanup.policy=delete"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("check does not say %q:\n%s", want, out)
+		}
+	}
+	if code, out, _ = w.cli(ctx, "check", "--config", cfg); !strings.Contains(out, "topic tidemark-ledger: exists, 1 partitions, cleanup.policy=delete") {
+		t.Errorf("second check (exit %d):\n%s", code, out)
+	}
+	if code, out, errOut = w.cli(ctx, "run", "--once", "--config", cfg); code != exitOK {
+		t.Fatalf("run: exit %d\n%s", code, errOut)
+	}
+	code, out, errOut = w.cli(ctx, "replica", "--config", cfg, "--target-table", "items_replica", "--once")
+	if code != exitOK || !regexp.MustCompile(`positions 0=\d+ 1=\d+ 2=\d+ 3=\d+ 4=\d+ 5=\d+\n`).MatchString(out) || strings.Contains(out, "map[") {
+		t.Errorf("replica summary (exit %d):\n%s\n%s", code, out, errOut)
+	}
+
+	httpCfg := filepath.Join(w.dir, "http.yaml")
+	feedURL := "http://127.0.0.1:1/changes?api_key=K3y-S3cret"
+	if err := os.WriteFile(httpCfg, []byte(fmt.Sprintf("name: h\nsource:\n  kind: http\n  dsn: %s\n  http:\n    max_retries: 1\nkafka:\n  brokers: [%s]\n  topic: t\n", feedURL, w.kafka.Brokers[0])), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, out, errOut = w.cli(ctx, "check", "--config", httpCfg)
+	if !strings.Contains(out, "source: http endpoint http://127.0.0.1:1/changes?api_key=REDACTED") || strings.Contains(out, "table") || strings.Contains(out+errOut, "S3cret") {
+		t.Errorf("check of an HTTP source:\n%s\n%s", out, errOut)
+	}
+}

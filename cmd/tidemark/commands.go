@@ -142,6 +142,7 @@ func (a *cli) ensureTopics(ctx context.Context, opts []kgo.Opt, print bool) erro
 	defer cl.Close()
 	lines, err := producer.EnsureTopics(ctx, cl, a.topics())
 	for _, l := range lines {
+		l = realPolicy(ctx, cl, l) // topics.go
 		if print {
 			fmt.Fprintf(a.stdout, "  ok    topic      %s\n", l)
 		} else {
@@ -155,7 +156,11 @@ func cmdCheck(ctx context.Context, a *cli) (err error) {
 	defer a.closeAll()
 	defer func() { err = a.explainKafkaAccess(err) }()
 	fmt.Fprintf(a.stdout, "tidemark check: connector %q\n", a.cfg.Name)
-	fmt.Fprintf(a.stdout, "  source: %s table %s.%s (dsn %s)\n", a.cfg.Source.Kind, a.cfg.Source.Schema, a.cfg.Source.Table, RedactDSN(a.cfg.Source.DSN))
+	if a.isPostgres() {
+		fmt.Fprintf(a.stdout, "  source: %s table %s.%s (dsn %s)\n", a.cfg.Source.Kind, a.cfg.Source.Schema, a.cfg.Source.Table, RedactDSN(a.cfg.Source.DSN))
+	} else {
+		fmt.Fprintf(a.stdout, "  source: %s endpoint %s\n", a.cfg.Source.Kind, RedactDSN(a.cfg.Source.DSN))
+	}
 	fmt.Fprintf(a.stdout, "  kafka:  %s\n", a.cfg.describeKafkaSecurity())
 	src, err := a.source(ctx)
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -117,8 +119,8 @@ func cmdReplica(ctx context.Context, a *cli) error {
 	if err != nil {
 		return replicaError(err, target.Ident())
 	}
-	fmt.Fprintf(a.stdout, "replica %s: applied %d records (%d upserts, %d tombstones) in %d transactions; lag %d; positions %v\n",
-		target.Ident(), st.Records, st.Upserts, st.Tombstones, st.Batches, st.TotalLag(), st.Positions)
+	fmt.Fprintf(a.stdout, "replica %s: applied %d records (%d upserts, %d tombstones) in %d transactions; lag %d; positions %s\n",
+		target.Ident(), st.Records, st.Upserts, st.Tombstones, st.Batches, st.TotalLag(), positions(st.Positions))
 	return nil
 }
 
@@ -233,4 +235,18 @@ func withPassword(dsn, pw string) string {
 	}
 	esc := strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(pw)
 	return dsn + " password='" + esc + "'"
+}
+
+// positions prints the next offset per partition, in partition order:
+// "0=12 1=7".
+func positions(m map[int32]int64) string {
+	parts := slices.Sorted(maps.Keys(m))
+	out := make([]string, len(parts))
+	for i, p := range parts {
+		out[i] = fmt.Sprintf("%d=%d", p, m[p])
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, " ")
 }
