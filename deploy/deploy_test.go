@@ -20,7 +20,7 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/metrics"

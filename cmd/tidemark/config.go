@@ -20,7 +20,7 @@ import (
 	"sync"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/tidemark/tidemark/connector/httpsrc"
 	"github.com/tidemark/tidemark/connector/postgres"

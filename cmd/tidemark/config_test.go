@@ -868,3 +868,14 @@ func TestAbsurdValues(t *testing.T) {
 		}
 	}
 }
+
+// The YAML module is go.yaml.in/yaml/v3: gopkg.in/yaml.v3 is archived.
+func TestYAMLModuleNotArchived(t *testing.T) {
+	b, err := os.ReadFile("../../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "gopkg.in/yaml.v3") || !strings.Contains(string(b), "go.yaml.in/yaml/v3 v") {
+		t.Errorf("go.mod must require go.yaml.in/yaml/v3 and not the archived gopkg.in/yaml.v3:\n%s", b)
+	}
+}
