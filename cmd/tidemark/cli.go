@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/term"
 
 	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/connector/httpsrc"
@@ -158,13 +159,11 @@ func durationAsText(_ []string, a slog.Attr) slog.Attr {
 	return a
 }
 
+// isTerminal reports whether w is a terminal (a tty), as the terminal
+// itself answers: /dev/null is a character device but no terminal.
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 func (a *cli) closeAll() {

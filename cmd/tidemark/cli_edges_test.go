@@ -640,3 +640,27 @@ func TestCLICheckAndReplicaOutput(t *testing.T) {
 		t.Errorf("check of an HTTP source:\n%s\n%s", out, errOut)
 	}
 }
+
+// Terminal detection asks the terminal, not the file type: /dev/null and
+// pipes are character devices or not, but never terminals.
+func TestIsTerminal(t *testing.T) {
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	for name, f := range map[string]*os.File{"/dev/null": null, "a pipe": w} {
+		if isTerminal(f) {
+			t.Errorf("%s counts as a terminal", name)
+		}
+	}
+	if isTerminal(&syncBuffer{}) {
+		t.Error("a buffer counts as a terminal")
+	}
+}
