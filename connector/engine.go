@@ -31,10 +31,13 @@ type Publisher interface {
 	Commit(ctx context.Context, c *Commit) error
 	// Abort aborts the open transaction, if any.
 	Abort(ctx context.Context) error
-	// Reset discards the producer session after a failure and starts a new
-	// one, so that any transaction left open is resolved (committed or
-	// aborted) before the checkpoint is read back.
-	Reset(ctx context.Context) error
+	// Recover ends whatever the session left open after a failure and
+	// re-initialises it presenting its current producer id and epoch, so
+	// that a transaction with an unknown outcome is resolved (committed or
+	// aborted) before the checkpoint is read back, and a session that
+	// another instance has fenced learns it (ErrFenced). It never starts a
+	// fresh session: that would fence the newer instance.
+	Recover(ctx context.Context) error
 }
 
 // Commit is what ends a transaction besides the data records.
@@ -70,6 +73,9 @@ type CheckpointStore interface {
 	// State returns the values of committed state records, in the order of
 	// refs. A record that is missing or has another key is an error.
 	State(ctx context.Context, refs []StateRef) ([][]byte, error)
+	// LastRun returns the run id of the connector's latest committed
+	// run-start entry in the ledger, "" when there is none (or no ledger).
+	LastRun(ctx context.Context) (string, error)
 }
 
 // Config configures an Engine. Zero values take the documented defaults.
@@ -90,6 +96,10 @@ type Config struct {
 	TxnMaxRecords  int
 	TxnMaxBytes    int64
 	TxnMaxDuration time.Duration
+	// TxnTimeout is the broker-side transaction timeout the publisher
+	// uses; default 60s. While a transaction is open, a page fetch is cut
+	// off early enough to commit before the broker would abort it.
+	TxnTimeout time.Duration
 	// Horizon enables horizon mode; the source must implement Horizoner.
 	Horizon bool
 	// Consistent makes the initial load read one fixed snapshot; the source
@@ -144,6 +154,9 @@ func (c *Config) defaults() {
 	if c.TxnMaxDuration <= 0 {
 		c.TxnMaxDuration = 5 * time.Second
 	}
+	if c.TxnTimeout <= 0 {
+		c.TxnTimeout = time.Minute
+	}
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = 8
 	}
@@ -193,11 +206,19 @@ type Engine struct {
 	// For the completion record.
 	startCounters schemas.Counters
 	committed     schemas.Checkpoint // last committed
-	resumedFrom   string
-	startReason   string
-	lastEnd       endEvidence
-	lastSweep     *SweepResult
-	passesRun     int
+	// prevRun is the latest run in the ledger when this run started (the
+	// one it follows), and started says its own run-start is committed:
+	// any other run that appears later has taken over.
+	prevRun string
+	started bool
+	// txBegan is when the open transaction began, on the real clock (the
+	// broker's transaction timeout runs on it).
+	txBegan     time.Time
+	resumedFrom string
+	startReason string
+	lastEnd     endEvidence
+	lastSweep   *SweepResult
+	passesRun   int
 }
 
 type endEvidence struct {
@@ -398,24 +419,26 @@ func (e *Engine) SweepOnce(ctx context.Context, topic TopicView) (SweepResult, e
 }
 
 // startRun records in the ledger where this run resumed from and why, in a
-// transaction of its own.
+// transaction of its own. A failed attempt recovers (which reloads the
+// checkpoint) and describes the reloaded position.
 func (e *Engine) startRun(ctx context.Context) error {
-	entry := &schemas.LedgerEntry{
-		Version: schemas.LedgerVersion, Connector: e.cfg.Name, Kind: schemas.LedgerRun, RunID: e.runID,
-		Seq: e.cp.Seq, At: schemas.FormatTime(e.cfg.Now()), Reason: e.startReason, Detail: e.resumedFrom,
-		Phase: e.cp.Phase, RequestCursor: e.cp.Cursor, NextCursor: e.cp.Cursor, Watermark: e.cp.Watermark,
-		Counters: e.cp.Counters,
-	}
-	b, err := schemas.EncodeLedgerEntry(entry)
-	if err != nil {
-		return err
-	}
 	for attempt := 1; ; attempt++ {
-		err := e.pub.Begin(ctx)
+		entry := &schemas.LedgerEntry{
+			Version: schemas.LedgerVersion, Connector: e.cfg.Name, Kind: schemas.LedgerRun, RunID: e.runID,
+			Seq: e.cp.Seq, At: schemas.FormatTime(e.cfg.Now()), Reason: e.startReason, Detail: e.resumedFrom,
+			Phase: e.cp.Phase, RequestCursor: e.cp.Cursor, NextCursor: e.cp.Cursor, Watermark: e.cp.Watermark,
+			Counters: e.cp.Counters,
+		}
+		b, err := schemas.EncodeLedgerEntry(entry)
+		if err != nil {
+			return err
+		}
+		err = e.pub.Begin(ctx)
 		if err == nil {
 			err = e.pub.Commit(context.WithoutCancel(ctx), &Commit{Ledger: b})
 		}
 		if err == nil {
+			e.started = true
 			e.log.Info("run started", "run_id", e.runID, "reason", e.startReason, "from", e.resumedFrom)
 			return nil
 		}
@@ -428,7 +451,7 @@ func (e *Engine) startRun(ctx context.Context) error {
 			}
 			return ctx.Err()
 		}
-		if err := e.pub.Reset(ctx); err != nil && Fatal(err) {
+		if err := e.recover(ctx); err != nil && (Fatal(err) || ctx.Err() != nil) {
 			return err
 		}
 	}
@@ -452,14 +475,45 @@ func (e *Engine) markNeedsDecision(ctx context.Context, stop *StopError) {
 	e.log.Error("checkpoint marked: needs an operator decision", "reason", stop.Reason, "action", stop.Hint)
 }
 
-// recover resets the producer session and reloads the committed checkpoint,
-// discarding everything not committed.
+// recover discards everything not committed: it checks that no newer run
+// has taken over, recovers the producer session (KIP-360: its own id and
+// epoch) and reloads the committed checkpoint and dedupe set. A checkpoint
+// committed meanwhile by another run means this one was fenced
+// (docs/design.md, "One writer").
 func (e *Engine) recover(ctx context.Context) error {
 	e.resetTx()
-	if err := e.pub.Reset(ctx); err != nil {
-		return fmt.Errorf("reset producer: %w", err)
+	if err := e.checkSuperseded(ctx); err != nil {
+		return err
 	}
-	return e.load(ctx, false)
+	if err := e.pub.Recover(ctx); err != nil {
+		return staged("kafka", fmt.Errorf("recover the producer session: %w", err))
+	}
+	before := e.committed
+	if err := e.load(ctx, false); err != nil {
+		return err
+	}
+	if e.cp.Seq > before.Seq && e.cp.RunID != e.runID {
+		return fmt.Errorf("%w: checkpoint seq %d was committed by run %s while this run (%s) had committed seq %d; this one stops and writes nothing more",
+			ErrFenced, e.cp.Seq, e.cp.RunID, e.runID, before.Seq)
+	}
+	return nil
+}
+
+// checkSuperseded fails with ErrFenced when the ledger shows a run of this
+// connector that started after this one. It is checked before the producer
+// session is touched, so that a fenced instance does not re-initialise a
+// session someone else owns (a broker that enforces KIP-360 would refuse
+// it anyway; the embedded broker does not).
+func (e *Engine) checkSuperseded(ctx context.Context) error {
+	last, err := e.store.LastRun(ctx)
+	if err != nil {
+		return staged("checkpoint", fmt.Errorf("read the latest run from the ledger: %w", err))
+	}
+	if last == "" || last == e.runID || !e.started && last == e.prevRun {
+		return nil
+	}
+	return fmt.Errorf("%w: run %s of connector %q started after this one (run %s); this one stops and writes nothing more",
+		ErrFenced, last, e.cfg.Name, e.runID)
 }
 
 // load reads the committed checkpoint into the working state and checks
@@ -468,6 +522,11 @@ func (e *Engine) load(ctx context.Context, first bool) error {
 	cp, err := e.store.Load(ctx)
 	if err != nil {
 		return staged("checkpoint", fmt.Errorf("read checkpoint: %w", err))
+	}
+	if first {
+		if e.prevRun, err = e.store.LastRun(ctx); err != nil {
+			return staged("checkpoint", fmt.Errorf("read the latest run from the ledger: %w", err))
+		}
 	}
 	if cp == nil {
 		cp = &schemas.Checkpoint{Phase: schemas.PhaseIdle}

@@ -167,8 +167,15 @@ func newRig(t *testing.T) *rig {
 
 func (r *rig) engine(src connector.Source, cfg connector.Config) (*connector.Engine, *producer.Writer) {
 	r.t.Helper()
+	return r.engineTimeout(src, cfg, 0)
+}
+
+// engineTimeout is engine with the producer's transaction timeout (0 =
+// the default).
+func (r *rig) engineTimeout(src connector.Source, cfg connector.Config, txnTimeout time.Duration) (*connector.Engine, *producer.Writer) {
+	r.t.Helper()
 	ctx := context.Background()
-	w, err := producer.New(ctx, producer.Config{Name: r.name, Topic: r.topic, OffsetsTopic: r.offsets, LedgerTopic: r.ledger, Opts: r.opts})
+	w, err := producer.New(ctx, producer.Config{Name: r.name, Topic: r.topic, OffsetsTopic: r.offsets, LedgerTopic: r.ledger, Opts: r.opts, TransactionTimeout: txnTimeout})
 	if err != nil {
 		r.t.Fatal(err)
 	}

@@ -117,10 +117,27 @@ func (e *Engine) pass(ctx context.Context) error {
 		}
 		req := PageRequest{Since: since, Cursor: e.cp.Cursor, Limit: e.cfg.PageSize, Skip: skip, Mark: e.cp.PassMark}
 		fetchStart := time.Now()
-		page, err := src.Page(ctx, req)
+		fctx, cancel := ctx, context.CancelFunc(func() {})
+		if e.txOpen {
+			fctx, cancel = context.WithDeadline(ctx, e.fetchDeadline())
+		}
+		page, err := src.Page(fctx, req)
+		cut := fctx.Err() != nil && ctx.Err() == nil
+		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return e.finish(ctx)
+			}
+			if cut {
+				// The fetch outlasted what the open transaction may take:
+				// commit the pages already produced, then fetch the page
+				// again with no transaction open.
+				e.log.Warn("a page fetch outlasted the open transaction's time budget (kafka.transaction_timeout less a reserve): committing the pages already produced and fetching again",
+					"cursor", req.Cursor, "waited", time.Since(fetchStart).Round(time.Millisecond))
+				if err := e.commit(ctx); err != nil {
+					return err
+				}
+				continue
 			}
 			e.abort(ctx)
 			return staged("source", fmt.Errorf("fetch page after cursor %q: %w", req.Cursor, err))
@@ -201,11 +218,8 @@ func (e *Engine) apply(ctx context.Context, rows []Row) error {
 			}
 			known = idx >= 0
 		}
-		if !e.txOpen {
-			if err := e.pub.Begin(ctx); err != nil {
-				return fmt.Errorf("begin transaction: %w", err)
-			}
-			e.txOpen = true
+		if err := e.begin(ctx); err != nil {
+			return err
 		}
 		if err := e.pub.Publish(ctx, r); err != nil {
 			return fmt.Errorf("publish id %s: %w", r.ID, err)
@@ -232,6 +246,27 @@ func (e *Engine) apply(ctx context.Context, rows []Row) error {
 		e.cp.PassMax = schemas.FormatTime(time.UnixMicro(passMax))
 	}
 	return nil
+}
+
+// begin opens a transaction unless one is open.
+func (e *Engine) begin(ctx context.Context) error {
+	if e.txOpen {
+		return nil
+	}
+	if err := e.pub.Begin(ctx); err != nil {
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	e.txOpen, e.txBegan = true, time.Now()
+	return nil
+}
+
+// fetchDeadline is how long a page fetch may take while a transaction is
+// open: until the transaction has used up its timeout less a reserve for
+// the commit (a quarter of it, at most 10 s). Past it the broker would
+// abort the transaction and bump the epoch.
+func (e *Engine) fetchDeadline() time.Time {
+	reserve := min(e.cfg.TxnTimeout/4, 10*time.Second)
+	return e.txBegan.Add(e.cfg.TxnTimeout - reserve)
 }
 
 func (e *Engine) txFull() bool {
@@ -295,11 +330,8 @@ func (e *Engine) endPass(ctx context.Context) error {
 // commit ends the open transaction with the checkpoint. Only after a
 // successful commit does the committed position move.
 func (e *Engine) commit(ctx context.Context) error {
-	if !e.txOpen {
-		if err := e.pub.Begin(ctx); err != nil {
-			return fmt.Errorf("begin transaction: %w", err)
-		}
-		e.txOpen = true
+	if err := e.begin(ctx); err != nil {
+		return err
 	}
 	e.cp.Seq++
 	e.cp.Counters.Transactions++

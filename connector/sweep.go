@@ -114,10 +114,9 @@ func (e *Engine) Sweep(ctx context.Context, topic TopicView) (SweepResult, error
 	}
 	publish := func(r *Row) error {
 		if !e.txOpen {
-			if err := e.pub.Begin(ctx); err != nil {
-				return staged("kafka", fmt.Errorf("begin transaction: %w", err))
+			if err := e.begin(ctx); err != nil {
+				return staged("kafka", err)
 			}
-			e.txOpen = true
 			e.txStart = e.cfg.Now()
 		}
 		if err := e.pub.Publish(ctx, r); err != nil {

@@ -146,6 +146,22 @@ func (s *Store) State(ctx context.Context, refs []connector.StateRef) ([][]byte,
 	return out, nil
 }
 
+// LastRun returns the run id of the connector's latest run-start entry in
+// the ledger, or "" when there is none or no ledger.
+func (s *Store) LastRun(ctx context.Context) (string, error) {
+	if s.ledger == nil {
+		return "", nil
+	}
+	last := ""
+	err := s.ledger.Entries(ctx, auditWindow, func(e *schemas.LedgerEntry) error {
+		if e.Kind == schemas.LedgerRun {
+			last = e.RunID
+		}
+		return nil
+	})
+	return last, err
+}
+
 // noRecordsOfOurs fails when the data topic already holds a committed record
 // published by this connector.
 func (s *Store) noRecordsOfOurs(ctx context.Context) error {

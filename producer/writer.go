@@ -10,7 +10,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/failpoint"
@@ -66,8 +65,12 @@ const slab = 1024
 
 var _ connector.Publisher = (*Writer)(nil)
 
-// New fences any earlier session of this connector (completing or aborting
-// the transaction it left open) and returns a Writer ready to Begin.
+// New opens the connector's producer session and initialises it: a fresh
+// InitProducerID for the transactional id, which fences any earlier session
+// of this connector and makes Kafka finish (commit a prepared commit, abort
+// the rest) whatever transaction that session left open. Only then may the
+// checkpoint be read: every later commit comes from this session, and any
+// session initialised after it fences it (docs/design.md, "One writer").
 func New(ctx context.Context, cfg Config) (*Writer, error) {
 	if cfg.TransactionTimeout <= 0 {
 		cfg.TransactionTimeout = time.Minute
@@ -76,19 +79,9 @@ func New(ctx context.Context, cfg Config) (*Writer, error) {
 		cfg.Logger = slog.Default()
 	}
 	w := &Writer{cfg: cfg, hdr: []byte(cfg.Name)}
-	if err := w.open(ctx); err != nil {
-		return nil, err
-	}
-	return w, nil
-}
-
-func (w *Writer) open(ctx context.Context) error {
-	if err := w.fence(ctx); err != nil {
-		return err
-	}
-	opts := append(append([]kgo.Opt{}, w.cfg.Opts...),
-		kgo.TransactionalID(TransactionalID(w.cfg.Name)),
-		kgo.TransactionTimeout(w.cfg.TransactionTimeout),
+	opts := append(append([]kgo.Opt{}, cfg.Opts...),
+		kgo.TransactionalID(TransactionalID(cfg.Name)),
+		kgo.TransactionTimeout(cfg.TransactionTimeout),
 		// Java-compatible murmur2 of the key bytes.
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
 		// Kafka's default max.message.bytes for every topic: a dedupe-set
@@ -100,39 +93,35 @@ func (w *Writer) open(ctx context.Context) error {
 	)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return fmt.Errorf("kafka client: %w", err)
+		return nil, fmt.Errorf("kafka client: %w", err)
 	}
 	w.cl = cl
-	return nil
+	if err := w.init(ctx); err != nil {
+		cl.Close()
+		return nil, err
+	}
+	return w, nil
 }
 
-// fence bumps the producer epoch of our transactional id with a bare
-// InitProducerID. Kafka then finishes whatever transaction an earlier
-// session left behind (commits a prepared commit, aborts the rest) before
-// answering, so the checkpoint read afterwards is final, and any other live
-// instance with this name is fenced.
-func (w *Writer) fence(ctx context.Context) error {
-	cl, err := kgo.NewClient(w.cfg.Opts...)
-	if err != nil {
-		return fmt.Errorf("kafka client: %w", err)
-	}
-	defer cl.Close()
+// init loads the session's producer id and epoch, retrying what the broker
+// reports as transient (the coordinator still finishing the previous
+// session's transaction, or moving) for up to the transaction timeout plus
+// 30 s.
+func (w *Writer) init(ctx context.Context) error {
 	id := TransactionalID(w.cfg.Name)
-	req := kmsg.NewPtrInitProducerIDRequest()
-	req.TransactionalID = &id
-	req.TransactionTimeoutMillis = int32(w.cfg.TransactionTimeout.Milliseconds())
-	req.ProducerID, req.ProducerEpoch = -1, -1
 	deadline := time.Now().Add(w.cfg.TransactionTimeout + 30*time.Second)
 	for attempt := 0; ; attempt++ {
-		resp, err := req.RequestWith(ctx, cl)
-		if err == nil {
-			err = kerr.ErrorForCode(resp.ErrorCode)
-		}
+		_, _, err := w.cl.ProducerID(ctx)
 		if err == nil {
 			return nil
 		}
-		if retryable(err) && time.Now().Before(deadline) && ctx.Err() == nil {
-			time.Sleep(min(100*time.Millisecond<<min(attempt, 5), 2*time.Second))
+		if ctx.Err() == nil && time.Now().Before(deadline) && retryable(err) {
+			t := time.NewTimer(min(100*time.Millisecond<<min(attempt, 5), 2*time.Second))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+			case <-t.C:
+			}
 			continue
 		}
 		return fmt.Errorf("initialise transactional id %q: %w", id, classify(err))
@@ -294,11 +283,37 @@ func (w *Writer) Abort(ctx context.Context) error {
 	return nil
 }
 
-// Reset throws the session away and opens a new one: the epoch bump
-// resolves any transaction the old session left open.
-func (w *Writer) Reset(ctx context.Context) error {
-	w.cl.Close()
-	return w.open(ctx)
+// Recover ends whatever the session left open after a failure and makes
+// its producer id usable again the way KIP-360 intends: kgo re-initialises
+// with the session's current producer id and epoch (never a fresh one). The
+// broker then finishes any transaction whose outcome was unknown, and a
+// session that another instance has fenced is told so (ErrFenced) instead
+// of fencing the newer one.
+//
+// The client keeps an epoch error it cannot recover from (with Kafka's
+// transaction protocol version 2, an INVALID_PRODUCER_EPOCH; with version 1,
+// one that the KIP-588 re-initialisation did not clear): the session is lost
+// to another one, and Recover reports ErrFenced.
+func (w *Writer) Recover(ctx context.Context) error {
+	if err := w.cl.AbortBufferedRecords(ctx); err != nil {
+		return fmt.Errorf("drop buffered records: %w", classifyRecover(err))
+	}
+	if err := w.cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		return fmt.Errorf("abort the open transaction: %w", classifyRecover(err))
+	}
+	if _, _, err := w.cl.ProducerID(ctx); err != nil {
+		return fmt.Errorf("re-initialise the producer session: %w", classifyRecover(err))
+	}
+	return nil
+}
+
+// classifyRecover is classify for what is left after a recovery: an epoch
+// error then means another session owns the transactional id.
+func classifyRecover(err error) error {
+	if errors.Is(err, kerr.InvalidProducerEpoch) {
+		return fmt.Errorf("%w: %w", connector.ErrFenced, err)
+	}
+	return classify(err)
 }
 
 // Close closes the client. An open transaction is left to the broker,
@@ -311,12 +326,19 @@ func (w *Writer) Client() *kgo.Client { return w.cl }
 
 // classify maps Kafka errors to the engine's kinds: fencing (stop, exit 4),
 // permanent (stop), or transient (retry from the checkpoint).
+//
+// INVALID_PRODUCER_EPOCH is not fencing by itself: the broker also bumps the
+// epoch when it aborts a transaction that outlived the transaction timeout.
+// It is transient; the recovery that follows re-initialises with the
+// session's id and epoch, and the broker answers PRODUCER_FENCED only if
+// another session took over (KIP-588).
 func classify(err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, kerr.InvalidProducerEpoch), errors.Is(err, kerr.TransactionAbortable):
+		return fmt.Errorf("the broker aborted the open transaction (it outlived kafka.transaction_timeout, or another instance took over; recovering decides which): %w", err)
 	case errors.Is(err, kerr.ProducerFenced),
-		errors.Is(err, kerr.InvalidProducerEpoch),
 		errors.Is(err, kerr.TransactionalIDNotFound):
 		return fmt.Errorf("%w: %w", connector.ErrFenced, err)
 	case errors.Is(err, kerr.TransactionalIDAuthorizationFailed),

@@ -1,0 +1,217 @@
+package connector_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tidemark/tidemark/connector"
+	"github.com/tidemark/tidemark/offsets"
+	"github.com/tidemark/tidemark/schemas"
+)
+
+// ledgerChain checks the one-writer invariant on the ledger: every
+// transaction entry continues the one before it (seq + 1, and its request
+// cursor is the previous entry's next cursor), so no two sessions ever
+// committed on the same state; and it returns the run of every entry.
+func ledgerChain(t *testing.T, r *rig) []*schemas.LedgerEntry {
+	t.Helper()
+	var out []*schemas.LedgerEntry
+	if err := offsets.NewLedger(r.opts, r.ledger, r.name).Entries(context.Background(), 0, func(e *schemas.LedgerEntry) error {
+		out = append(out, e)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var prev *schemas.LedgerEntry
+	for _, e := range out {
+		if e.Kind != schemas.LedgerTxn {
+			continue
+		}
+		if prev != nil && (e.Seq != prev.Seq+1 || e.RequestCursor != prev.NextCursor) {
+			t.Errorf("ledger: seq %d by run %s (request cursor %q) does not continue seq %d by run %s (next cursor %q): two writers",
+				e.Seq, e.RunID, e.RequestCursor, prev.Seq, prev.RunID, prev.NextCursor)
+		}
+		prev = e
+	}
+	return out
+}
+
+// TestTwoLiveInstancesOneWriter: instance A runs continuously; instance B
+// starts and takes over. A then meets a transient failure and recovers: it
+// must learn that it is fenced (ErrFenced) and commit nothing more, instead
+// of taking the connector back. The ledger stays one chain and the topic
+// equals the table.
+func TestTwoLiveInstancesOneWriter(t *testing.T) {
+	r := newRig(t)
+	m := newMemTable()
+	for i := range 40 {
+		m.set(fmt.Sprintf("k%02d", i), t0.Add(time.Duration(i)*time.Second), "v1", false)
+	}
+	cfg := connector.Config{PageSize: 3, TxnMaxRecords: 3, PollInterval: 20 * time.Millisecond}
+	srcA := &failOnce{Source: m}
+	a, _ := r.engine(srcA, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var aErr error
+	aDone := make(chan struct{})
+	go func() { _, aErr = a.Run(ctx, connector.Continuous); close(aDone) }()
+	waitSeq(t, r, 3)
+
+	b, _ := r.engine(m, cfg) // fences A
+	bctx, bcancel := context.WithCancel(context.Background())
+	var bErr error
+	bDone := make(chan struct{})
+	go func() { _, bErr = b.Run(bctx, connector.Continuous); close(bDone) }()
+	waitLedgerRuns(t, r, 2)
+
+	// A's next page fails: it recovers, and must find out it is fenced.
+	srcA.arm()
+	for i := range 10 {
+		m.set(fmt.Sprintf("n%02d", i), time.Now(), "new", false)
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case <-aDone:
+	case <-time.After(30 * time.Second):
+		t.Fatal("instance A still runs 30s after instance B took over")
+	}
+	if !errors.Is(aErr, connector.ErrFenced) {
+		t.Errorf("instance A: want ErrFenced, got %v", aErr)
+	}
+	bcancel()
+	<-bDone
+	if bErr != nil {
+		t.Errorf("instance B: %v", bErr)
+	}
+	entries := ledgerChain(t, r)
+	var bRun string
+	for _, e := range entries {
+		if e.Kind == schemas.LedgerRun {
+			bRun = e.RunID
+		}
+	}
+	afterB := false
+	for _, e := range entries {
+		if e.Kind == schemas.LedgerRun && e.RunID == bRun {
+			afterB = true
+		}
+		if afterB && e.Kind == schemas.LedgerTxn && e.RunID != bRun {
+			t.Errorf("seq %d committed by run %s after run %s took over", e.Seq, e.RunID, bRun)
+		}
+	}
+	r.once(m, cfg)
+	st := r.assertFolded(m.expected())
+	if d := dupes(st); len(d) > 0 {
+		t.Errorf("published twice: %v", d)
+	}
+}
+
+// failOnce fails the next page after arm is called, once.
+type failOnce struct {
+	connector.Source
+	mu    sync.Mutex
+	armed bool
+}
+
+func (f *failOnce) arm() { f.mu.Lock(); f.armed = true; f.mu.Unlock() }
+
+func (f *failOnce) Page(ctx context.Context, req connector.PageRequest) (connector.Page, error) {
+	f.mu.Lock()
+	armed := f.armed
+	f.armed = false
+	f.mu.Unlock()
+	if armed {
+		return connector.Page{}, errors.New("injected: connection reset")
+	}
+	return f.Source.Page(ctx, req)
+}
+
+func waitSeq(t *testing.T, r *rig, seq int64) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		cp, err := offsets.NewStore(r.opts, r.offsets, r.name).Load(context.Background())
+		if err == nil && cp != nil && cp.Seq >= seq {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint seq %d within 20s (last %v, %v)", seq, cp, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func waitLedgerRuns(t *testing.T, r *rig, n int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		runs := 0
+		_ = offsets.NewLedger(r.opts, r.ledger, r.name).Entries(context.Background(), 0, func(e *schemas.LedgerEntry) error {
+			if e.Kind == schemas.LedgerRun {
+				runs++
+			}
+			return nil
+		})
+		if runs >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d run entries within 20s, want %d", runs, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// slowPage blocks one page fetch for a while, once armed, honouring ctx.
+type slowPage struct {
+	connector.Source
+	mu    sync.Mutex
+	at    int // page number to slow down (1-based)
+	n     int
+	delay time.Duration
+}
+
+func (s *slowPage) Page(ctx context.Context, req connector.PageRequest) (connector.Page, error) {
+	s.mu.Lock()
+	s.n++
+	slow := s.n == s.at
+	s.mu.Unlock()
+	if slow {
+		select {
+		case <-time.After(s.delay):
+		case <-ctx.Done():
+			return connector.Page{}, ctx.Err()
+		}
+	}
+	return s.Source.Page(ctx, req)
+}
+
+// TestSlowPageIsNotFencing: a page fetch that outlasts the broker's
+// transaction timeout, while a transaction is open, must not end as
+// "fenced": the engine bounds how long a transaction stays open while it
+// fetches, commits what it has, and fetches again.
+func TestSlowPageIsNotFencing(t *testing.T) {
+	r := newRig(t)
+	m := newMemTable()
+	for i := range 30 {
+		m.set(fmt.Sprintf("k%02d", i), t0.Add(time.Duration(i)*time.Second), "v1", false)
+	}
+	src := &slowPage{Source: m, at: 3, delay: 4 * time.Second}
+	cfg := connector.Config{PageSize: 3, TxnMaxRecords: 100, TxnMaxDuration: time.Second, TxnTimeout: 2 * time.Second}
+	e, _ := r.engineTimeout(src, cfg, 2*time.Second)
+	c, err := e.Run(context.Background(), connector.Once)
+	if err != nil {
+		t.Fatalf("run with a page slower than the transaction timeout: %v", err)
+	}
+	if c.Published != 30 {
+		t.Errorf("published %d, want 30", c.Published)
+	}
+	st := r.assertFolded(m.expected())
+	if d := dupes(st); len(d) > 0 {
+		t.Errorf("published twice: %v", d)
+	}
+}
