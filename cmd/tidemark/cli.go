@@ -290,6 +290,7 @@ func (a *cli) engineConfig() connector.Config {
 		TxnMaxRecords:     s.TxnMaxRecords,
 		TxnMaxBytes:       s.TxnMaxBytes,
 		TxnMaxDuration:    s.TxnMaxDuration.Duration,
+		TxnTimeout:        a.cfg.Kafka.TransactionTimeout.Duration,
 		Horizon:           a.cfg.Source.Horizon,
 		SweepInterval:     a.cfg.Sweep.Interval.Duration,
 		SweepMaxKeys:      a.sweepMaxKeys(),
