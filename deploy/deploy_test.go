@@ -244,7 +244,7 @@ func TestCompose(t *testing.T) {
 	if str(get(tm, "build", "dockerfile")) != "deploy/Dockerfile" || str(get(tm, "build", "context")) != ".." {
 		t.Errorf("tidemark build: %v", get(tm, "build"))
 	}
-	if str(get(tm, "ports", 0)) != "9464:9464" {
+	if str(get(tm, "ports", 0)) != "127.0.0.1:9464:9464" {
 		t.Errorf("tidemark ports: %v", get(tm, "ports"))
 	}
 	// Every bind-mounted file exists.
@@ -377,5 +377,114 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 	if str(get(sm, "spec", "endpoints", 0, "path")) != "/metrics" {
 		t.Errorf("ServiceMonitor path %v", get(sm, "spec", "endpoints", 0, "path"))
+	}
+}
+
+// Item 7 of issue 14: the pod can read its secrets, images are pinned, and
+// the demo publishes its ports on loopback only.
+func TestPodReadsItsSecrets(t *testing.T) {
+	var dep map[string]any
+	for _, d := range readYAML(t, "kubernetes/deployment.yaml") {
+		if str(d["kind"]) == "Deployment" {
+			dep = d
+		}
+	}
+	pod := get(dep, "spec", "template", "spec")
+	uid, _ := get(pod, "securityContext", "runAsUser").(int)
+	gid, _ := get(pod, "securityContext", "runAsGroup").(int)
+	fsGroup, ok := get(pod, "securityContext", "fsGroup").(int)
+	if !ok || fsGroup != gid || uid == 0 {
+		t.Fatalf("pod securityContext: runAsUser %v, runAsGroup %v, fsGroup %v: secret files are root-owned with group fsGroup, so fsGroup must be the container's group", uid, gid, get(pod, "securityContext", "fsGroup"))
+	}
+	vols, _ := get(pod, "volumes").([]any)
+	found := false
+	for _, v := range vols {
+		if get(v, "secret") == nil {
+			continue
+		}
+		found = true
+		mode, ok := get(v, "secret", "defaultMode").(int)
+		if !ok {
+			mode = 0o644
+		}
+		// The files are owned by root and group fsGroup: the container's
+		// user reads them through the group bits; nobody else may.
+		if mode&0o040 == 0 || mode&0o007 != 0 {
+			t.Errorf("secret volume %v: defaultMode %#o; want group-readable and not world-readable, e.g. 0440", get(v, "name"), mode)
+		}
+	}
+	if !found {
+		t.Fatal("no secret volume")
+	}
+}
+
+var digestRE = regexp.MustCompile(`@sha256:[0-9a-f]{64}$`)
+
+func TestImagesPinned(t *testing.T) {
+	b, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	froms := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && strings.EqualFold(f[0], "FROM") {
+			froms++
+			if !digestRE.MatchString(f[1]) {
+				t.Errorf("Dockerfile: %q is not pinned by digest (image:tag@sha256:...)", line)
+			}
+		}
+	}
+	if froms < 2 {
+		t.Errorf("Dockerfile has %d FROM lines", froms)
+	}
+	var images []string
+	for _, f := range []string{"docker-compose.yml", "kubernetes/deployment.yaml"} {
+		for _, d := range readYAML(t, f) {
+			var walk func(v any)
+			walk = func(v any) {
+				switch x := v.(type) {
+				case map[string]any:
+					for k, val := range x {
+						if s, ok := val.(string); ok && k == "image" {
+							images = append(images, f+": "+s)
+						}
+						walk(val)
+					}
+				case []any:
+					for _, e := range x {
+						walk(e)
+					}
+				}
+			}
+			walk(d)
+		}
+	}
+	if len(images) < 5 {
+		t.Fatalf("found only %v", images)
+	}
+	for _, img := range images {
+		ref := img[strings.Index(img, ": ")+2:]
+		name, tag, ok := strings.Cut(strings.SplitN(ref, "@", 2)[0][strings.LastIndex(ref, "/")+1:], ":")
+		if !ok || tag == "" || tag == "latest" {
+			t.Errorf("%s: %s has no version tag (or :latest)", img, name)
+		}
+	}
+}
+
+func TestComposePortsOnLoopback(t *testing.T) {
+	services, _ := get(readYAML(t, "docker-compose.yml")[0], "services").(map[string]any)
+	n := 0
+	for name, svc := range services {
+		ports, _ := get(svc, "ports").([]any)
+		for _, p := range ports {
+			n++
+			if !strings.HasPrefix(str(p), "127.0.0.1:") {
+				t.Errorf("service %s publishes %q on every interface; bind it to 127.0.0.1", name, p)
+			}
+		}
+	}
+	if n < 3 {
+		t.Errorf("found %d published ports", n)
 	}
 }
