@@ -70,11 +70,6 @@ func (t Topic) pin(ctx context.Context) (*Pinned, error) {
 	return &Pinned{opts: t.Opts, topic: t.Topic, starts: starts, ends: ends}, nil
 }
 
-// readMaxBytes bounds one fetch response of a Read (kgo's default is 50 MiB
-// per response, buffered ahead of the fold): the fold is CPU-bound, so
-// larger fetches buy nothing but heap.
-const readMaxBytes = 1 << 20
-
 // Pinned is a topic fixed at the offsets observed by Pin.
 type Pinned struct {
 	opts         []kgo.Opt
@@ -95,10 +90,15 @@ func (p *Pinned) Parts() []connector.Part {
 }
 
 // Read calls fn for every committed record of parts (nil: all), in offset
-// order per partition, up to the pinned end offsets.
+// order per partition, up to the pinned end offsets (fetches of at most
+// fetchBytes, one partition at a time).
 func (p *Pinned) Read(ctx context.Context, parts []int32, fn func(key, value []byte) error) error {
-	opts := append(append([]kgo.Opt{}, p.opts...), kgo.FetchMaxBytes(readMaxBytes), kgo.FetchMaxPartitionBytes(readMaxBytes))
-	return scanRanges(ctx, opts, p.topic, p.starts, p.ends, parts, func(r *kgo.Record) error {
+	cl, err := kgo.NewClient(p.opts...)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", p.topic, err)
+	}
+	defer cl.Close()
+	return scanRanges(ctx, cl, p.topic, p.starts, p.ends, parts, func(r *kgo.Record) error {
 		return fn(r.Key, r.Value)
 	})
 }

@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // ErrNoTopic is returned by Scan when the topic does not exist.
@@ -29,12 +33,12 @@ var ErrStop = errors.New("stop scan")
 // ScanTail is Scan over at most the last n offsets of each partition (n < 0:
 // all of them).
 func ScanTail(ctx context.Context, opts []kgo.Opt, topic string, n int64, fn func(*kgo.Record) error) error {
-	adm, err := kgo.NewClient(opts...)
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("scan %s: %w", topic, err)
 	}
-	ends, starts, err := bounds(ctx, kadm.NewClient(adm), topic)
-	adm.Close()
+	defer cl.Close()
+	ends, starts, err := bounds(ctx, kadm.NewClient(cl), topic)
 	if err != nil {
 		return err
 	}
@@ -43,88 +47,293 @@ func ScanTail(ctx context.Context, opts []kgo.Opt, topic string, n int64, fn fun
 			starts[p] = end - n
 		}
 	}
-	return scanRanges(ctx, opts, topic, starts, ends, nil, fn)
+	return scanRanges(ctx, cl, topic, starts, ends, nil, fn)
 }
 
 // ScanRange calls fn for every committed data record of one partition of
-// topic from offset from up to and including offset to, which must be a
-// committed data record (so that the scan knows it is done when it sees
-// it).
+// topic from offset from up to and including offset to, which must lie
+// below the partition's last stable offset (the scan waits for the range
+// to become stable otherwise).
 func ScanRange(ctx context.Context, opts []kgo.Opt, topic string, partition int32, from, to int64, fn func(*kgo.Record) error) error {
-	return scanRanges(ctx, opts, topic, map[int32]int64{partition: from}, map[int32]int64{partition: to + 1}, []int32{partition}, fn)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("scan %s: %w", topic, err)
+	}
+	defer cl.Close()
+	return scanRanges(ctx, cl, topic, map[int32]int64{partition: from}, map[int32]int64{partition: to + 1}, []int32{partition}, fn)
 }
+
+// fetchBytes bounds one fetch response (one partition at a time): the
+// callbacks are CPU-bound, so larger fetches buy nothing but heap. A
+// record batch larger than this still comes whole (the broker always
+// returns the first batch).
+const fetchBytes = 1 << 20
+
+// fetchWait is how long a broker may hold a fetch that has nothing stable
+// to return yet.
+const fetchWait = 500 * time.Millisecond
+
+// A fetch that fails, or that returns nothing past the position, is
+// retried after a backoff that doubles from retryMin up to retryMax, so a
+// read that cannot progress never spins. maxFailures consecutive failed
+// fetches of one partition, or stallLimit without progress, end the scan
+// with an error.
+const (
+	retryMin    = 50 * time.Millisecond
+	retryMax    = time.Second
+	maxFailures = 20
+	stallLimit  = 2 * time.Minute
+)
 
 // scanRanges calls fn for every committed data record of the partitions
 // (all of ends when parts is nil) from starts up to ends (exclusive), in
-// offset order per partition.
-func scanRanges(ctx context.Context, opts []kgo.Opt, topic string, starts, ends map[int32]int64, parts []int32, fn func(*kgo.Record) error) error {
+// offset order per partition, one partition after the other.
+//
+// A partition is done when the fetch position reaches its end offset, not
+// when a particular record arrives: read_committed never delivers an
+// aborted record, nor a marker that lies beyond the last stable offset,
+// so the record at end-1 may never be seen (issue 12: an aborted record
+// whose abort marker follows another producer's open transaction). The
+// scan therefore issues its own read_committed fetches to the partition's
+// leader and moves its position by the next offset that
+// kgo.ProcessFetchPartition returns for each response: the offset after
+// the last whole batch it decoded, aborted batches and markers included.
+// The broker returns only batches below its last stable offset, with the
+// aborted transactions that overlap them, so every batch below end is
+// either delivered (committed data), skipped as aborted, or a marker; and
+// the position reaches end exactly when nothing committed below end is
+// left.
+func scanRanges(ctx context.Context, cl *kgo.Client, topic string, starts, ends map[int32]int64, parts []int32, fn func(*kgo.Record) error) error {
 	if parts == nil {
-		for p := range ends {
-			parts = append(parts, p)
-		}
+		parts = slices.Sorted(maps.Keys(ends))
 	}
-	want := map[int32]kgo.Offset{}
-	remaining := map[int32]int64{} // partition -> last offset to reach
+	type span struct {
+		p        int32
+		from, to int64
+	}
+	var todo []span
 	for _, p := range parts {
 		end, ok := ends[p]
 		if !ok {
 			return fmt.Errorf("scan %s: no partition %d", topic, p)
 		}
 		if end > starts[p] {
-			want[p] = kgo.NewOffset().At(starts[p])
-			remaining[p] = end - 1
+			todo = append(todo, span{p, starts[p], end})
 		}
 	}
-	if len(want) == 0 {
+	if len(todo) == 0 {
 		return nil
 	}
-	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, opts...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: want}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		// Markers are kept so that the last offset before the stable end is
-		// always seen, even when it closes an aborted transaction.
-		kgo.KeepControlRecords(),
-	)...)
-	if err != nil {
-		return fmt.Errorf("scan %s: %w", topic, err)
+	f := &fetcher{cl: cl, topic: topic, dec: kgo.DefaultDecompressor()}
+	if err := f.locate(ctx); err != nil {
+		return err
 	}
-	defer cl.Close()
-	for len(remaining) > 0 {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("scan %s: %w", topic, err)
-		}
-		var ferr error
-		fs.EachError(func(t string, p int32, err error) {
-			if ferr == nil {
-				ferr = fmt.Errorf("scan %s partition %d: %w", t, p, err)
+	for _, s := range todo {
+		if err := f.scan(ctx, s.p, s.from, s.to, fn); err != nil {
+			if errors.Is(err, ErrStop) {
+				return nil
 			}
-		})
-		if ferr != nil {
-			return ferr
-		}
-		var cberr error
-		fs.EachRecord(func(r *kgo.Record) {
-			last, ok := remaining[r.Partition]
-			if !ok || r.Offset > last || cberr != nil {
-				return
-			}
-			if r.Offset == last {
-				delete(remaining, r.Partition)
-			}
-			if r.Attrs.IsControl() {
-				return
-			}
-			cberr = fn(r)
-		})
-		if errors.Is(cberr, ErrStop) {
-			return nil
-		}
-		if cberr != nil {
-			return cberr
+			return err
 		}
 	}
 	return nil
+}
+
+// fetcher reads partitions of one topic read_committed with its own fetch
+// requests.
+type fetcher struct {
+	cl      *kgo.Client
+	topic   string
+	id      [16]byte
+	leaders map[int32]leader
+	dec     kgo.Decompressor
+}
+
+type leader struct {
+	id, epoch int32
+	err       error
+}
+
+// locate loads the topic's id and partition leaders.
+func (f *fetcher) locate(ctx context.Context) error {
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(f.topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, f.cl)
+	if err != nil {
+		return fmt.Errorf("scan %s: metadata: %w", f.topic, err)
+	}
+	for _, t := range resp.Topics {
+		if t.Topic == nil || *t.Topic != f.topic {
+			continue
+		}
+		err := kerr.ErrorForCode(t.ErrorCode)
+		if errors.Is(err, kerr.UnknownTopicOrPartition) {
+			return fmt.Errorf("%s: %w", f.topic, ErrNoTopic)
+		}
+		if err != nil {
+			return fmt.Errorf("scan %s: metadata: %w", f.topic, err)
+		}
+		f.id = t.TopicID
+		f.leaders = make(map[int32]leader, len(t.Partitions))
+		for _, p := range t.Partitions {
+			f.leaders[p.Partition] = leader{id: p.Leader, epoch: p.LeaderEpoch, err: kerr.ErrorForCode(p.ErrorCode)}
+		}
+		return nil
+	}
+	return fmt.Errorf("%s: %w", f.topic, ErrNoTopic)
+}
+
+// fetch issues one read_committed fetch of partition p at pos to its
+// leader.
+func (f *fetcher) fetch(ctx context.Context, p int32, pos int64) (*kmsg.FetchResponseTopicPartition, error) {
+	l, ok := f.leaders[p]
+	switch {
+	case !ok:
+		return nil, kerr.UnknownTopicOrPartition
+	case l.err != nil:
+		return nil, l.err
+	case l.id < 0:
+		return nil, kerr.LeaderNotAvailable
+	}
+	req := kmsg.NewPtrFetchRequest()
+	req.MaxWaitMillis = int32(fetchWait / time.Millisecond)
+	req.MinBytes = 1
+	req.MaxBytes = fetchBytes
+	req.IsolationLevel = 1 // read_committed
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic, rt.TopicID = f.topic, f.id // by name before v13, by id after
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.Partition, rp.FetchOffset, rp.CurrentLeaderEpoch, rp.PartitionMaxBytes = p, pos, l.epoch, fetchBytes
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	kresp, err := f.cl.Broker(int(l.id)).RetriableRequest(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	resp := kresp.(*kmsg.FetchResponse)
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return nil, err
+	}
+	for i := range resp.Topics {
+		for j := range resp.Topics[i].Partitions {
+			if part := &resp.Topics[i].Partitions[j]; part.Partition == p {
+				return part, kerr.ErrorForCode(part.ErrorCode)
+			}
+		}
+	}
+	return nil, fmt.Errorf("fetch response without partition %d", p)
+}
+
+// scan delivers the committed records of partition p in [pos, end).
+func (f *fetcher) scan(ctx context.Context, p int32, pos, end int64, fn func(*kgo.Record) error) error {
+	fail := func(err error) error {
+		return fmt.Errorf("scan %s partition %d at offset %d: %w", f.topic, p, pos, err)
+	}
+	var failures, stalls int
+	progressed := time.Now()
+	for pos < end {
+		rp, err := f.fetch(ctx, p, pos)
+		if err != nil {
+			switch {
+			case ctx.Err() != nil:
+				return fail(ctx.Err())
+			case errors.Is(err, kerr.OffsetOutOfRange):
+				// Retention removed the records at pos since the
+				// bounds were read: they are gone for every reader,
+				// so the read goes on from the new start.
+				if start, lerr := f.logStart(ctx, p); lerr == nil && start > pos {
+					pos = start
+					continue
+				}
+				return fail(err)
+			case failures < maxFailures && (kerr.IsRetriable(err) || !isKerr(err)):
+				failures++
+				if err := sleep(ctx, backoff(failures)); err != nil {
+					return fail(err)
+				}
+				if lerr := f.locate(ctx); lerr != nil {
+					return lerr
+				}
+				continue
+			default:
+				return fail(err)
+			}
+		}
+		failures = 0
+		fp, next := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
+			Offset:         pos,
+			IsolationLevel: kgo.ReadCommitted(),
+			Topic:          f.topic,
+			Partition:      p,
+		}, rp, f.dec, nil)
+		if fp.Err != nil {
+			return fail(fp.Err)
+		}
+		for _, r := range fp.Records {
+			if r.Offset >= end {
+				break
+			}
+			if err := fn(r); err != nil {
+				return err
+			}
+		}
+		if next > pos {
+			pos, stalls, progressed = next, 0, time.Now()
+			continue
+		}
+		// Nothing stable past pos yet (the broker already held the
+		// fetch for fetchWait): wait, and never for ever.
+		if time.Since(progressed) > stallLimit {
+			return fail(fmt.Errorf("no progress for %s (the partition's last stable offset is %d, its high watermark %d; the scan reads up to %d)",
+				stallLimit, rp.LastStableOffset, rp.HighWatermark, end))
+		}
+		stalls++
+		if err := sleep(ctx, backoff(stalls)); err != nil {
+			return fail(err)
+		}
+	}
+	return nil
+}
+
+// logStart lists partition p's log start offset.
+func (f *fetcher) logStart(ctx context.Context, p int32) (int64, error) {
+	l, err := kadm.NewClient(f.cl).ListStartOffsets(ctx, f.topic)
+	if err != nil {
+		return 0, err
+	}
+	o, ok := l.Lookup(f.topic, p)
+	if !ok {
+		return 0, kerr.UnknownTopicOrPartition
+	}
+	return o.Offset, o.Err
+}
+
+func isKerr(err error) bool {
+	var ke *kerr.Error
+	return errors.As(err, &ke)
+}
+
+// backoff is the wait before the nth retry.
+func backoff(n int) time.Duration {
+	d := retryMin
+	for i := 1; i < n && d < retryMax; i++ {
+		d *= 2
+	}
+	return min(d, retryMax)
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // bounds lists the start and the last stable (committed) end offsets.
