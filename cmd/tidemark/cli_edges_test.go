@@ -175,8 +175,8 @@ func TestCLILogDurationsAndUnknownEnv(t *testing.T) {
 	}
 }
 
-// startFeed runs `tidemark feed serve` until the test ends and returns its
-// endpoint.
+// startFeed runs `tidemark feed serve` until the test ends, when it must
+// stop with exit 0, and returns its endpoint.
 func startFeed(t *testing.T, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -191,6 +191,9 @@ func startFeed(t *testing.T, args ...string) string {
 		cancel()
 		select {
 		case <-done:
+			if code != exitOK {
+				t.Errorf("feed serve: exit %d on shutdown\n%s", code, errOut.String())
+			}
 		case <-time.After(15 * time.Second):
 			t.Error("feed serve did not stop")
 		}

@@ -11,11 +11,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/connector/postgres"
@@ -249,27 +247,7 @@ func TestCLIFeedServe(t *testing.T) {
 		t.Fatalf("feed without serve: exit %d", code)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	var out, errOut lockedBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"feed", "serve", "--config", feedCfg, "--listen", "127.0.0.1:0", "--hmac-key-file", keyFile, "--tenant", "acme"}, &out, &errOut)
-	}()
-	var endpoint string
-	re := regexp.MustCompile(`at (http://\S+)`)
-	for deadline := time.Now().Add(20 * time.Second); endpoint == ""; {
-		if m := re.FindStringSubmatch(out.String()); m != nil {
-			endpoint = m[1]
-		} else if time.Now().After(deadline) {
-			t.Fatalf("feed serve did not start:\n%s\n%s", out.String(), errOut.String())
-		} else {
-			select {
-			case code := <-done:
-				t.Fatalf("feed serve exited %d:\n%s", code, errOut.String())
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
-	}
+	endpoint := startFeed(t, "--config", feedCfg, "--hmac-key-file", keyFile, "--tenant", "acme") // stopped, exit 0, at the end
 	r, err := http.Get(endpoint + "?limit=abc")
 	if err != nil {
 		t.Fatal(err)
@@ -286,13 +264,4 @@ func TestCLIFeedServe(t *testing.T) {
 		t.Fatalf("run: exit %d\n%s", code, stderr)
 	}
 	w.assertTopic()
-	cancel()
-	select {
-	case code := <-done:
-		if code != exitOK {
-			t.Errorf("feed serve: exit %d on shutdown\n%s", code, errOut.String())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("feed serve did not stop")
-	}
 }
