@@ -213,7 +213,13 @@ type Engine struct {
 	started bool
 	// txBegan is when the open transaction began, on the real clock (the
 	// broker's transaction timeout runs on it).
-	txBegan     time.Time
+	txBegan time.Time
+	// The source's clock at the start of the pass (and the host's then),
+	// and the rows of the pass dated after it.
+	clockAt, clockThen time.Time
+	future             int
+	futureID           string
+
 	resumedFrom string
 	startReason string
 	lastEnd     endEvidence

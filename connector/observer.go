@@ -46,6 +46,13 @@ type RereadObserver interface {
 	ObserveReread(reread, deduped int)
 }
 
+// FutureObserver is implemented by observers that count rows dated after
+// the source's clock (reported once per pass). Discovered by type
+// assertion.
+type FutureObserver interface {
+	ObserveFutureDated(rows int)
+}
+
 type nopObserver struct{}
 
 func (nopObserver) ObservePage(time.Duration, int) {}

@@ -15,6 +15,12 @@ import (
 // finished.
 func (e *Engine) pass(ctx context.Context) error {
 	src := e.src
+	now, err := e.sourceNow(ctx)
+	if err != nil {
+		return err
+	}
+	e.clockAt, e.clockThen = now, time.Now()
+	e.future, e.futureID = 0, ""
 	switch e.cp.Phase {
 	case schemas.PhasePass:
 		// Resume the open pass at its stored cursor and lower bound.
@@ -37,10 +43,12 @@ func (e *Engine) pass(ctx context.Context) error {
 		src = snap
 		e.log.Info("resuming the consistent initial load under a new snapshot", "cursor", e.cp.Cursor, "watermark_after_load", e.cp.PassHorizon)
 	default:
-		// In horizon mode the oldest open writer is sampled before anything
-		// is read: a writer still open then caps W at its start; one that
-		// starts later writes updated_at >= the sample's clock, which also
-		// caps W.
+		// The watermark this pass may reach is capped by the source's
+		// clock now: a row dated in the future is published but never
+		// drags W ahead of real time. In horizon mode the oldest open
+		// writer is sampled too, before anything is read: a writer still
+		// open then caps W at its start; one that starts later writes
+		// updated_at >= the sample's clock, which also caps W.
 		var h Horizon
 		if e.cfg.Horizon {
 			var err error
@@ -64,10 +72,11 @@ func (e *Engine) pass(ctx context.Context) error {
 			e.cp.PassHorizon = schemas.FormatTime(wcap)
 		} else {
 			e.cp.Phase = schemas.PhasePass
-			e.cp.PassHorizon = ""
+			wcap := now
 			if e.cfg.Horizon {
-				e.cp.PassHorizon = schemas.FormatTime(capOf(h, h.Now))
+				wcap = capOf(h, minTime(h.Now, now))
 			}
+			e.cp.PassHorizon = schemas.FormatTime(wcap.UTC().Truncate(time.Microsecond))
 			e.cp.PassMark = ""
 			if m, ok := e.src.(Marker); ok {
 				mark, err := m.Mark(ctx)
@@ -157,6 +166,13 @@ func (e *Engine) pass(ctx context.Context) error {
 		e.txPages++
 		e.cp.Counters.Pages++
 		if page.End {
+			if e.future > 0 {
+				e.log.Warn("rows dated after the source's clock: published, but the watermark stops at the clock, so they are read again until the clock reaches them; fix the writer's clock or time zone if that is not intended",
+					"rows", e.future, "example_id", e.futureID, "clock", schemas.FormatTime(e.clockAt))
+				if o, ok := e.cfg.Observer.(FutureObserver); ok {
+					o.ObserveFutureDated(e.future)
+				}
+			}
 			ev := endEvidence{at: e.cfg.Now(), cursor: req.Cursor, since: orInf(e.cp.PassLow), pages: pages}
 			if err := e.endPass(ctx); err != nil {
 				return err
@@ -200,6 +216,12 @@ func (e *Engine) apply(ctx context.Context, rows []Row) error {
 		e.cp.Counters.Raw++
 		if e.passW && ts <= e.rereadBelow {
 			e.cp.Counters.Reread++
+		}
+		if ts > e.clockAt.Add(time.Since(e.clockThen)+time.Second).UnixMicro() {
+			if e.future == 0 {
+				e.futureID = r.ID
+			}
+			e.future++
 		}
 		// A row B knows with the same record is a re-read: skipped.
 		// A settled row (the source proves no later pass returns this
@@ -287,14 +309,17 @@ func (e *Engine) endPass(ctx context.Context) error {
 		if err != nil {
 			return e.corrupt("pass_max", err)
 		}
-		if e.cfg.Horizon {
-			if e.cp.PassHorizon != "" {
-				c, err := schemas.ParseTime(e.cp.PassHorizon)
-				if err != nil {
-					return e.corrupt("pass_horizon", err)
-				}
-				cand = minTime(cand, c)
+		if e.cp.PassHorizon != "" {
+			c, err := schemas.ParseTime(e.cp.PassHorizon)
+			if err != nil {
+				return e.corrupt("pass_horizon", err)
 			}
+			if cand.After(c) {
+				e.log.Info("the pass read rows dated after the source's clock at its start; the watermark stops at the clock", "newest", e.cp.PassMax, "clock", e.cp.PassHorizon)
+			}
+			cand = minTime(cand, c)
+		}
+		if e.cfg.Horizon {
 			// Not cancellable: a shutdown here must still finish the pass.
 			h, err := e.src.(Horizoner).Horizon(context.WithoutCancel(ctx))
 			if err != nil {
@@ -458,6 +483,19 @@ func (e *Engine) corrupt(field string, err error) error {
 		Hint:   "the offsets topic holds a checkpoint this build cannot use; inspect it with `tidemark status` and decide with `tidemark reset`",
 		Err:    err,
 	}
+}
+
+// sourceNow reads the source's clock (Clock), or the host's.
+func (e *Engine) sourceNow(ctx context.Context) (time.Time, error) {
+	c, ok := e.src.(Clock)
+	if !ok {
+		return e.cfg.Now().UTC(), nil
+	}
+	t, err := c.Now(ctx)
+	if err != nil {
+		return time.Time{}, staged("source", fmt.Errorf("read the source's clock: %w", err))
+	}
+	return t, nil
 }
 
 // capOf is the horizon cap: the earlier of at and the oldest open writer.

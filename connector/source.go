@@ -109,3 +109,12 @@ type Marker interface {
 	// reads anything.
 	Mark(ctx context.Context) (string, error)
 }
+
+// Clock is implemented by sources that can read their own clock. A pass
+// never moves the watermark past the source's clock at its start, so a
+// row dated in the future is published but cannot drag the watermark
+// ahead of real time (docs/design.md, "Watermark"). Sources without one are
+// capped by the host's clock. Discovered by type assertion.
+type Clock interface {
+	Now(ctx context.Context) (time.Time, error)
+}

@@ -85,6 +85,7 @@ func TestObserverSeries(t *testing.T) {
 
 	m.ObservePage(20*time.Millisecond, 3)
 	m.ObserveReread(2, 1)
+	m.ObserveFutureDated(4)
 	m.ObservePage(10*time.Millisecond, 0)
 	wm := clk.now().Add(-90 * time.Second)
 	m.ObserveCommit(connector.CommitInfo{Seq: 1, Took: 5 * time.Millisecond, Span: 40 * time.Millisecond,
@@ -122,6 +123,7 @@ func TestObserverSeries(t *testing.T) {
 		"tidemark_page_fetch_duration_seconds_sum":          0.03,
 		"tidemark_rows_deduped_total":                       1,
 		"tidemark_rows_reread_total":                        2,
+		"tidemark_rows_future_dated_total":                  4,
 		"tidemark_sweeps_total":                             0,
 		"tidemark_stops_total{kind=fatal}":                  0,
 		"tidemark_retries_total{reason=source}":             0,

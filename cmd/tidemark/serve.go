@@ -261,6 +261,14 @@ func (m multiObserver) ObservePage(d time.Duration, rows int) {
 	}
 }
 
+func (m multiObserver) ObserveFutureDated(rows int) {
+	for _, o := range m {
+		if f, ok := o.(connector.FutureObserver); ok {
+			f.ObserveFutureDated(rows)
+		}
+	}
+}
+
 func (m multiObserver) ObserveReread(reread, deduped int) {
 	for _, o := range m {
 		if r, ok := o.(connector.RereadObserver); ok {

@@ -40,8 +40,52 @@ func check(ctx context.Context, pool *pgxpool.Pool, cfg Config) (Report, error) 
 	if err != nil || t == nil {
 		return rep, err
 	}
-	err = checkIndex(ctx, pool, cfg, t, buildQueries(cfg, t), &rep)
+	if err := checkIndex(ctx, pool, cfg, t, buildQueries(cfg, t), &rep); err != nil {
+		return rep, err
+	}
+	err = checkTimes(ctx, pool, cfg, t, &rep)
 	return rep, err
+}
+
+// checkTimes reports rows whose updated_at is ahead of the database's
+// clock (published, but they never move the watermark past the clock, so
+// they are read again until the clock reaches them), and fails on rows
+// outside years 1..9999, which an RFC 3339 timestamp (record headers, the
+// checkpoint) cannot express.
+func checkTimes(ctx context.Context, pool *pgxpool.Pool, cfg Config, t *table, rep *Report) error {
+	ua, id := quote(t.updatedAt.name), quote(t.id.name)
+	filter := ""
+	if cfg.Filter != "" {
+		filter = " AND (" + cfg.Filter + "\n)"
+	}
+	var ahead, outside int64
+	var latest, example *string
+	err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE `+ua+` > clock_timestamp()),
+			max(`+ua+`) FILTER (WHERE `+ua+` > clock_timestamp() AND `+ua+` < '10000-01-01 00:00:00+00')::text,
+			count(*) FILTER (WHERE NOT (`+ua+` >= '0001-01-01 00:00:00+00' AND `+ua+` < '10000-01-01 00:00:00+00')),
+			min(`+id+`::text) FILTER (WHERE NOT (`+ua+` >= '0001-01-01 00:00:00+00' AND `+ua+` < '10000-01-01 00:00:00+00'))
+		FROM `+t.ident+` WHERE (`+ua+` > clock_timestamp() OR `+ua+` < '0001-01-01 00:00:00+00')`+filter).Scan(&ahead, &latest, &outside, &example)
+	if err != nil {
+		return fmt.Errorf("check %s: %w", ua, err)
+	}
+	if outside > 0 {
+		rep.fail("timestamps", "%d rows of %s have %s outside years 1..9999 (e.g. id %s), which an RFC 3339 timestamp cannot express: correct them (after year 9999 is usually a sentinel such as 'infinity' written as a date)",
+			outside, t.ident, ua, deref(example))
+	}
+	if ahead > 0 {
+		rep.warn("timestamps", "%d rows of %s have %s ahead of the database clock (the latest %s): they are published, but the watermark never passes the clock, so they are read again on every pass until it reaches them; fix the writer's clock or time zone if that is not intended",
+			ahead, t.ident, ua, deref(latest))
+	} else if outside == 0 {
+		rep.ok("timestamps", "no row of %s has %s ahead of the database clock", t.ident, ua)
+	}
+	return nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "?"
+	}
+	return *s
 }
 
 // explainParams are realistic parameters for the steady-state next-page

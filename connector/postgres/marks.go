@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tidemark/tidemark/connector"
 )
+
+var _ connector.Clock = (*Source)(nil)
 
 // A mark is PostgreSQL's proof of what a pass has already seen
 // (docs/design.md, "What a pass re-reads"): the oldest transaction id still
@@ -38,6 +41,16 @@ func (s *Source) Mark(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("read the oldest running transaction: %w", err)
 	}
 	return formatMark(x), nil
+}
+
+// Now reads the server's clock (clock_timestamp(), not the transaction
+// start), for the watermark cap.
+func (s *Source) Now(ctx context.Context) (time.Time, error) {
+	var t time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&t); err != nil {
+		return time.Time{}, fmt.Errorf("read the database clock: %w", err)
+	}
+	return t.UTC(), nil
 }
 
 func formatMark(x int64) string { return markPrefix + strconv.FormatInt(x, 10) }

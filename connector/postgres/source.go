@@ -268,6 +268,14 @@ func (s *Source) page(ctx context.Context, q querier, req connector.PageRequest)
 // microseconds.
 const pgEpochMicros = 946684800000000
 
+// minMicros and maxMicros bound the updated_at values an RFC 3339
+// timestamp can express: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z,
+// in Unix microseconds.
+const (
+	minMicros = -62135596800000000
+	maxMicros = 253402300799999999
+)
+
 // readRows decodes a page. Values and ids of all rows share two buffers
 // (one allocation each per page, plus growth); rows slice them.
 func (s *Source) readRows(rows pgx.Rows, limit int, mark *int64) ([]connector.Row, error) {
@@ -303,6 +311,10 @@ func (s *Source) readRows(rows pgx.Rows, limit int, mark *int64) ([]connector.Ro
 		us, err := updatedAtMicros(ua, textUA)
 		if err != nil {
 			return nil, fmt.Errorf("row id %q: %s: %w", idv, quote(s.tbl.updatedAt.name), err)
+		}
+		if us < minMicros || us > maxMicros {
+			return nil, fmt.Errorf("%w: %w: row id %q: %s %s is outside years 1..9999, which an RFC 3339 timestamp (record headers, the checkpoint) cannot express: correct the row (nothing after the last committed transaction was published)",
+				ErrBadConfig, connector.ErrPermanent, idv, quote(s.tbl.updatedAt.name), schemas.FromMicros(us).Format("2006-01-02 15:04:05.999999Z07:00"))
 		}
 		deleted := s.tbl.deletedAt != nil && len(raw[2]) == 1 && raw[2][0] == 't'
 		settled := false
