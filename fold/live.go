@@ -16,6 +16,11 @@ import (
 type Topic struct {
 	Opts  []kgo.Opt
 	Topic string
+	// Wait says how Live and Pin fix the view (see ViewWait); its zero
+	// fields are taken from the context's (WithViewWait), then from the
+	// defaults. Wait.Report is how a caller learns that a view stops
+	// before an open transaction (Pinned.Open lists them too).
+	Wait ViewWait
 }
 
 var (
@@ -52,7 +57,8 @@ func (t Topic) Live(ctx context.Context) (*connector.KeySet, connector.TopicStat
 	return ks, st, err
 }
 
-// Pin fixes the topic's view: its start and last stable offsets now. Every
+// Pin fixes the topic's view: its start and last stable offsets now, once
+// the transactions that had written before are resolved (see ViewWait). Every
 // Read of the pinned topic stops at those offsets, so records committed
 // later (a sweep's own) are never seen.
 func (t Topic) Pin(ctx context.Context) (connector.PinnedTopic, error) { return t.pin(ctx) }
@@ -62,12 +68,12 @@ func (t Topic) pin(ctx context.Context) (*Pinned, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pin %s: %w", t.Topic, err)
 	}
-	ends, starts, err := bounds(ctx, kadm.NewClient(adm), t.Topic)
+	ends, starts, open, err := bounds(ctx, kadm.NewClient(adm), t.Topic, t.Wait.or(ctx))
 	adm.Close()
 	if err != nil {
 		return nil, err
 	}
-	return &Pinned{opts: t.Opts, topic: t.Topic, starts: starts, ends: ends}, nil
+	return &Pinned{opts: t.Opts, topic: t.Topic, starts: starts, ends: ends, open: open}, nil
 }
 
 // Pinned is a topic fixed at the offsets observed by Pin.
@@ -75,6 +81,7 @@ type Pinned struct {
 	opts         []kgo.Opt
 	topic        string
 	starts, ends map[int32]int64
+	open         []OpenTxn
 }
 
 var _ connector.PinnedTopic = (*Pinned)(nil)
@@ -105,6 +112,10 @@ func (p *Pinned) Read(ctx context.Context, parts []int32, fn func(key, value []b
 
 // End is the pinned last stable offset of each partition.
 func (p *Pinned) End() map[int32]int64 { return maps.Clone(p.ends) }
+
+// Open lists the partitions whose view stops before a transaction that
+// stayed open through the wait (see ViewWait), by partition.
+func (p *Pinned) Open() []OpenTxn { return slices.Clone(p.open) }
 
 // Close releases nothing: a pinned topic holds no connection.
 func (p *Pinned) Close(context.Context) error { return nil }

@@ -19,9 +19,10 @@ var ErrNoTopic = errors.New("topic does not exist")
 
 // Scan calls fn for every committed data record of topic (read_committed;
 // aborted records and transaction markers are skipped), partition by
-// partition in offset order, up to the last stable offsets observed when
-// Scan began. opts configure the connection (brokers, TLS, SASL); Scan adds
-// its own consumer options.
+// partition in offset order, up to the view fixed when Scan began: the last
+// stable offsets once every transaction that had written before then is
+// resolved, within the ViewWait of ctx (WithViewWait; by default up to
+// DefaultViewWait). opts configure the connection (brokers, TLS, SASL).
 func Scan(ctx context.Context, opts []kgo.Opt, topic string, fn func(*kgo.Record) error) error {
 	return ScanTail(ctx, opts, topic, -1, fn)
 }
@@ -38,7 +39,7 @@ func ScanTail(ctx context.Context, opts []kgo.Opt, topic string, n int64, fn fun
 		return fmt.Errorf("scan %s: %w", topic, err)
 	}
 	defer cl.Close()
-	ends, starts, err := bounds(ctx, kadm.NewClient(cl), topic)
+	ends, starts, _, err := bounds(ctx, kadm.NewClient(cl), topic, ViewWait{}.or(ctx))
 	if err != nil {
 		return err
 	}
@@ -92,8 +93,9 @@ const (
 // A partition is done when the fetch position reaches its end offset, not
 // when a particular record arrives: read_committed never delivers an
 // aborted record, nor a marker that lies beyond the last stable offset,
-// so the record at end-1 may never be seen (issue 12: an aborted record
-// whose abort marker follows another producer's open transaction). The
+// so the record at end-1 may never be seen (an aborted record whose abort
+// marker follows another producer's open transaction, on a topic that
+// several connectors share, as the offsets and ledger topics are). The
 // scan therefore issues its own read_committed fetches to the partition's
 // leader and moves its position by the next offset that
 // kgo.ProcessFetchPartition returns for each response: the offset after
@@ -250,7 +252,7 @@ func (f *fetcher) scan(ctx context.Context, p int32, pos, end int64, fn func(*kg
 				return fail(err)
 			case failures < maxFailures && (kerr.IsRetriable(err) || !isKerr(err)):
 				failures++
-				if err := sleep(ctx, backoff(failures)); err != nil {
+				if err := sleep(ctx, backoff(failures, retryMin, retryMax)); err != nil {
 					return fail(err)
 				}
 				if lerr := f.locate(ctx); lerr != nil {
@@ -290,7 +292,7 @@ func (f *fetcher) scan(ctx context.Context, p int32, pos, end int64, fn func(*kg
 				stallLimit, rp.LastStableOffset, rp.HighWatermark, end))
 		}
 		stalls++
-		if err := sleep(ctx, backoff(stalls)); err != nil {
+		if err := sleep(ctx, backoff(stalls, retryMin, retryMax)); err != nil {
 			return fail(err)
 		}
 	}
@@ -315,13 +317,14 @@ func isKerr(err error) bool {
 	return errors.As(err, &ke)
 }
 
-// backoff is the wait before the nth retry.
-func backoff(n int) time.Duration {
-	d := retryMin
-	for i := 1; i < n && d < retryMax; i++ {
+// backoff is the wait before the nth retry: lo doubled n-1 times, at most
+// hi.
+func backoff(n int, lo, hi time.Duration) time.Duration {
+	d := lo
+	for i := 1; i < n && d < hi; i++ {
 		d *= 2
 	}
-	return min(d, retryMax)
+	return min(d, hi)
 }
 
 // sleep waits d or until ctx ends.
@@ -334,40 +337,4 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
-}
-
-// bounds lists the start and the last stable (committed) end offsets.
-func bounds(ctx context.Context, adm *kadm.Client, topic string) (ends, starts map[int32]int64, err error) {
-	endL, err := adm.ListCommittedOffsets(ctx, topic)
-	if err != nil {
-		return nil, nil, fmt.Errorf("list end offsets of %s: %w", topic, err)
-	}
-	startL, err := adm.ListStartOffsets(ctx, topic)
-	if err != nil {
-		return nil, nil, fmt.Errorf("list start offsets of %s: %w", topic, err)
-	}
-	ends, starts = map[int32]int64{}, map[int32]int64{}
-	for _, ps := range endL {
-		for p, o := range ps {
-			if errors.Is(o.Err, kerr.UnknownTopicOrPartition) {
-				return nil, nil, fmt.Errorf("%s: %w", topic, ErrNoTopic)
-			}
-			if o.Err != nil {
-				return nil, nil, fmt.Errorf("end offset of %s/%d: %w", topic, p, o.Err)
-			}
-			ends[p] = o.Offset
-		}
-	}
-	if len(ends) == 0 {
-		return nil, nil, fmt.Errorf("%s: %w", topic, ErrNoTopic)
-	}
-	for _, ps := range startL {
-		for p, o := range ps {
-			if o.Err != nil {
-				return nil, nil, fmt.Errorf("start offset of %s/%d: %w", topic, p, o.Err)
-			}
-			starts[p] = o.Offset
-		}
-	}
-	return ends, starts, nil
 }

@@ -2,12 +2,14 @@ package offsets_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tidemark/tidemark/fold"
 	"github.com/tidemark/tidemark/offsets"
 	"github.com/tidemark/tidemark/schemas"
 	"github.com/tidemark/tidemark/test/harness"
@@ -46,7 +48,7 @@ func endTxn(t *testing.T, cl *kgo.Client, commit bool) {
 // then a transaction of c that aborts (seq 2) after connector x's
 // transaction began; x's stays open. The last record before the stable end
 // of each topic is c's aborted one, and its abort marker lies after x's
-// open transaction (issue 12, item 4).
+// open transaction, so read_committed never delivers it.
 func sharedTopics(t *testing.T) []kgo.Opt {
 	t.Helper()
 	k := harness.NewKafka(t)
@@ -75,7 +77,16 @@ func sharedTopics(t *testing.T) []kgo.Opt {
 
 func TestLoadAndAuditOnASharedTopicWithAnOpenTransaction(t *testing.T) {
 	opts := sharedTopics(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// x's transaction stays open: each read waits this long for it
+	// (fold.ViewWait), then stops before it and says so.
+	var mu sync.Mutex
+	open := map[string]fold.OpenTxn{}
+	ctx := fold.WithViewWait(context.Background(), fold.ViewWait{Timeout: 200 * time.Millisecond, Report: func(o fold.OpenTxn) {
+		mu.Lock()
+		open[o.Topic] = o
+		mu.Unlock()
+	}})
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	led := offsets.NewLedger(opts, "led", "c")
 	start := time.Now()
@@ -93,5 +104,14 @@ func TestLoadAndAuditOnASharedTopicWithAnOpenTransaction(t *testing.T) {
 	hist, err := offsets.NewStore(opts, "off", "c").History(ctx)
 	if err != nil || len(hist) != 1 || hist[0].Seq != 1 {
 		t.Fatalf("History: %d checkpoints, %v; want seq 1 only", len(hist), err)
+	}
+	// Offsets of both topics: c's seq 1 @0, its marker @1, c's seq 2 @2,
+	// x's @3, c's abort marker @4.
+	mu.Lock()
+	defer mu.Unlock()
+	for _, topic := range []string{"off", "led"} {
+		if o := open[topic]; o.Partition != 0 || o.Offset != 3 || o.HighWatermark != 5 {
+			t.Errorf("%s: reported %+v; want x's transaction open at offset 3 of 5", topic, o)
+		}
 	}
 }
