@@ -262,7 +262,7 @@ func (c *bucketed) direct(ctx context.Context, view LiveView) (CompareStats, err
 	if err != nil {
 		return c.stats, stagedOnce("source", fmt.Errorf("scan the source: %w", err))
 	}
-	return c.stats, c.ks.Unmarked(func(key string, _ uint64) error { return c.f.Extra(key) })
+	return c.stats, c.ks.Unmarked(func(key string, _ uint64) error { return c.f.Extra(key, c.stats.View) })
 }
 
 // drill compares the buckets of one round key by key: the target's keys of
@@ -322,5 +322,5 @@ func (c *bucketed) drill(ctx context.Context, view LiveView, round []int) error 
 	if err != nil {
 		return stagedOnce("source", fmt.Errorf("scan the source again, %d buckets: %w", len(round), err))
 	}
-	return c.ks.Unmarked(func(key string, _ uint64) error { return c.f.Extra(key) })
+	return c.ks.Unmarked(func(key string, _ uint64) error { return c.f.Extra(key, c.stats.View) })
 }

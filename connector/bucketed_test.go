@@ -252,7 +252,7 @@ func runCompare(t *testing.T, src *memSource, tp *memTopic, maxKeys int) (diffSe
 	cs, err := Compare(context.Background(), src, tp, maxKeys, CompareFuncs{
 		Missing:    func(r *Row) error { d.missing = append(d.missing, r.ID); return nil },
 		Mismatched: func(r *Row) error { d.mismatched = append(d.mismatched, r.ID); return nil },
-		Extra:      func(k string) error { d.extra = append(d.extra, k); return nil },
+		Extra:      func(k string, _ time.Time) error { d.extra = append(d.extra, k); return nil },
 	})
 	if err != nil {
 		t.Fatalf("Compare(maxKeys %d): %v", maxKeys, err)

@@ -67,8 +67,9 @@ type CompareFuncs struct {
 	// Missing: a source row the target lacks. Mismatched: a source row the
 	// target holds with another value. Matched: the same value.
 	Missing, Mismatched, Matched func(*Row) error
-	// Extra: a target key that is not live in the source.
-	Extra func(key string) error
+	// Extra: a target key that is not live in the source, with the time
+	// the source view was taken (the source's clock).
+	Extra func(key string, view time.Time) error
 	// Progress is called now and then during long reads (the sweep commits
 	// a full transaction there, so none stays open for a whole scan).
 	Progress func() error
@@ -82,7 +83,7 @@ func (f *CompareFuncs) defaults() {
 		}
 	}
 	if f.Extra == nil {
-		f.Extra = func(string) error { return nil }
+		f.Extra = func(string, time.Time) error { return nil }
 	}
 	if f.Progress == nil {
 		f.Progress = func() error { return nil }
@@ -186,7 +187,7 @@ func compareInMemory(ctx context.Context, src LiveScanner, target TopicView, f C
 	if err != nil {
 		return cs, stagedOnce("source", fmt.Errorf("scan the source: %w", err))
 	}
-	return cs, live.Unmarked(func(key string, _ uint64) error { return f.Extra(key) })
+	return cs, live.Unmarked(func(key string, _ uint64) error { return f.Extra(key, view) })
 }
 
 // compareRow compares one source row with the target's keys, marking the

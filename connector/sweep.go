@@ -145,9 +145,12 @@ func (e *Engine) Sweep(ctx context.Context, topic TopicView) (SweepResult, error
 		Missing:    repair,
 		Mismatched: repair,
 		Matched:    func(*Row) error { return commitIfFull() },
-		Extra: func(key string) error {
+		Extra: func(key string, view time.Time) error {
+			// The tombstone carries the source's clock (the snapshot's
+			// start), like every record the walk publishes, never the
+			// host's.
 			res.Tombstoned++
-			return publish(&Row{ID: key, UpdatedAt: e.cfg.Now(), Deleted: true})
+			return publish(&Row{ID: key, UpdatedAt: view.UTC().Truncate(time.Microsecond), Deleted: true})
 		},
 		Progress: commitIfFull,
 	})

@@ -95,7 +95,7 @@ func (o Options) Compare(ctx context.Context, source connector.LiveScanner, targ
 			r.MismatchedSample = sample(r.MismatchedSample, row.ID)
 			return nil
 		},
-		Extra: func(key string) error {
+		Extra: func(key string, _ time.Time) error {
 			r.Extra++
 			r.ExtraSample = sample(r.ExtraSample, key)
 			return nil
