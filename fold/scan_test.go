@@ -27,16 +27,20 @@ func newTopic(t *testing.T, parts int32) ([]kgo.Opt, string) {
 	t.Helper()
 	k := harness.NewKafka(t)
 	opts := []kgo.Opt{kgo.SeedBrokers(k.Brokers...)}
+	createTopic(t, opts, "shared", parts)
+	return opts, "shared"
+}
+
+func createTopic(t *testing.T, opts []kgo.Opt, topic string, parts int32) {
+	t.Helper()
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	const topic = "shared"
 	if _, err := kadm.NewClient(cl).CreateTopic(context.Background(), parts, 1, nil, topic); err != nil {
 		t.Fatal(err)
 	}
-	return opts, topic
 }
 
 // writer is one transactional producer (its own transactional id), as
@@ -315,15 +319,8 @@ func TestScanRetriesAndDoesNotSpin(t *testing.T) {
 	k := harness.NewKafka(t)
 	k.RequireKfake(t, "a control hook on Fetch")
 	opts := []kgo.Opt{kgo.SeedBrokers(k.Brokers...), manualPartitioner()}
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	const topic = "t"
-	if _, err := kadm.NewClient(cl).CreateTopic(context.Background(), 1, 1, nil, topic); err != nil {
-		t.Fatal(err)
-	}
+	createTopic(t, opts, topic, 1)
 	committed(t, opts, topic, 0, "c0", "c1", "c2")
 
 	var fetches atomic.Int64
@@ -365,7 +362,7 @@ func TestScanRetriesAndDoesNotSpin(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	var g got
-	err = fold.ScanRange(ctx, opts, topic, 0, 0, 9, collect(t, &g))
+	err := fold.ScanRange(ctx, opts, topic, 0, 0, 9, collect(t, &g))
 	took := time.Since(start)
 	if !errors.Is(err, context.DeadlineExceeded) || took > wait+time.Second {
 		t.Errorf("a range beyond the stable end: %v after %s; want the context's deadline", err, took.Round(time.Millisecond))

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -27,14 +26,12 @@ func viewTopic(t *testing.T) (*harness.Kafka, []kgo.Opt) {
 	k := harness.NewKafka(t)
 	k.RequireKfake(t, "a control hook on ListOffsets")
 	opts := []kgo.Opt{kgo.SeedBrokers(k.Brokers...), manualPartitioner()}
+	createTopic(t, opts, "v", 2)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	if _, err := kadm.NewClient(cl).CreateTopic(context.Background(), 2, 1, nil, "v"); err != nil {
-		t.Fatal(err)
-	}
 	for p, n := range []int{10, 4} {
 		for i := range n {
 			r := &kgo.Record{Topic: "v", Partition: int32(p), Key: []byte(fmt.Sprintf("p%d-%d", p, i)), Value: []byte("v")}
