@@ -23,7 +23,6 @@ import (
 
 func cmdRun(ctx context.Context, a *cli) (err error) {
 	defer a.closeAll()
-	defer func() { err = a.explainKafkaAccess(err) }() // security.go
 	a.serve = true                                     // metrics.listen applies to run only
 	e, _, err := a.engine(ctx)
 	if err != nil {
@@ -154,7 +153,6 @@ func (a *cli) ensureTopics(ctx context.Context, opts []kgo.Opt, print bool) erro
 
 func cmdCheck(ctx context.Context, a *cli) (err error) {
 	defer a.closeAll()
-	defer func() { err = a.explainKafkaAccess(err) }()
 	fmt.Fprintf(a.stdout, "tidemark check: connector %q\n", a.cfg.Name)
 	if a.isPostgres() {
 		fmt.Fprintf(a.stdout, "  source: %s table %s.%s (dsn %s)\n", a.cfg.Source.Kind, a.cfg.Source.Schema, a.cfg.Source.Table, RedactDSN(a.cfg.Source.DSN))
@@ -197,7 +195,6 @@ func cmdCheck(ctx context.Context, a *cli) (err error) {
 
 func cmdStatus(ctx context.Context, a *cli) (err error) {
 	defer a.closeAll()
-	defer func() { err = a.explainKafkaAccess(err) }()
 	opts, err := a.kafkaOpts()
 	if err != nil {
 		return err
