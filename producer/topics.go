@@ -55,13 +55,20 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, t Topics) ([]string, erro
 	report = append(report, line)
 	line, err = ensure(ctx, adm, t.Offsets, 1, t.ReplicationFactor, map[string]*string{
 		"cleanup.policy":    kadm.StringPtr("compact"),
-		"max.message.bytes": kadm.StringPtr(strconv.Itoa(MaxCheckpointBytes)),
+		"max.message.bytes": kadm.StringPtr(strconv.Itoa(1 << 20)), // above MaxBatchBytes
 	}, func(cfg map[string]string, parts int) error {
 		if parts != 1 {
 			return fmt.Errorf("offsets topic %q has %d partitions; it must have exactly 1 so that one read finds a connector's latest checkpoint; use another kafka.offsets_topic: %w", t.Offsets, parts, connector.ErrPermanent)
 		}
 		if !strings.Contains(cfg["cleanup.policy"], "compact") {
 			return fmt.Errorf("offsets topic %q has cleanup.policy=%s; checkpoints would expire and the connector would have to stop; make it compact or use another kafka.offsets_topic: %w", t.Offsets, cfg["cleanup.policy"], connector.ErrPermanent)
+		}
+		if v, ok := cfg["max.message.bytes"]; ok && v != "" {
+			if n, err := strconv.Atoi(v); err == nil && n < MaxBatchBytes {
+				return fmt.Errorf("offsets topic %q has max.message.bytes=%d; tidemark writes batches of up to %d bytes there (dedupe-set segments and checkpoints), so every commit would fail: "+
+					"run `kafka-configs --alter --entity-type topics --entity-name %s --add-config max.message.bytes=%d` (or more), or use another kafka.offsets_topic: %w",
+					t.Offsets, n, MaxBatchBytes, t.Offsets, MaxBatchBytes, connector.ErrPermanent)
+			}
 		}
 		return nil
 	})
@@ -129,5 +136,5 @@ func ensure(ctx context.Context, adm *kadm.Client, topic string, parts int32, rf
 	if err != nil {
 		return "", fmt.Errorf("create topic %q: %w", topic, classify(err))
 	}
-	return fmt.Sprintf("topic %s: created, %d partitions, cleanup.policy=compact", topic, parts), nil
+	return fmt.Sprintf("topic %s: created, %d partitions, cleanup.policy=%s", topic, parts, *configs["cleanup.policy"]), nil
 }

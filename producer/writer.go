@@ -37,11 +37,15 @@ type Config struct {
 // TransactionalID is the transactional id of connector name.
 func TransactionalID(name string) string { return "tidemark-" + name }
 
-// MaxCheckpointBytes bounds one checkpoint record. A checkpoint no longer
-// holds the dedupe set (its segments are separate records of at most
-// schemas.MaxSegmentEntries entries), so in practice it is a few KiB, and
-// every record of the offsets topic fits Kafka's default max.message.bytes.
-const MaxCheckpointBytes = 1 << 20
+// MaxBatchBytes bounds every produce batch, on every topic: Kafka's
+// default max.message.bytes. EnsureTopics refuses an existing offsets topic
+// configured below it.
+const MaxBatchBytes = 1_000_012
+
+// MaxCheckpointBytes bounds one checkpoint record: one batch. A checkpoint
+// no longer holds the dedupe set (its segments are separate records of at
+// most schemas.MaxSegmentEntries entries), so in practice it is a few KiB.
+const MaxCheckpointBytes = MaxBatchBytes
 
 // Writer publishes rows and checkpoints transactionally.
 type Writer struct {
@@ -86,7 +90,7 @@ func New(ctx context.Context, cfg Config) (*Writer, error) {
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
 		// Kafka's default max.message.bytes for every topic: a dedupe-set
 		// segment or a checkpoint always fits in one batch of it.
-		kgo.ProducerBatchMaxBytes(1_000_012),
+		kgo.ProducerBatchMaxBytes(MaxBatchBytes),
 		kgo.ProducerBatchCompression(kgo.NoCompression()),
 		kgo.MaxBufferedRecords(100_000),
 		kgo.ProducerLinger(0),

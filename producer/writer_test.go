@@ -185,4 +185,29 @@ func TestEnsureTopicsRefusesWhatCannotRebuildState(t *testing.T) {
 			}
 		}
 	}
+	if !strings.Contains(lines[2], "led: created") || !strings.Contains(lines[2], "cleanup.policy=delete") {
+		t.Errorf("the ledger's line does not say what was created: %q", lines[2])
+	}
+}
+
+// TestEnsureTopicsRefusesASmallOffsetsTopic: an offsets topic created
+// beforehand (as the ACL guide suggests) with a max.message.bytes below
+// what tidemark writes there would fail every commit with MessageTooLarge;
+// it is refused up front, naming the setting and the value to set.
+func TestEnsureTopicsRefusesASmallOffsetsTopic(t *testing.T) {
+	k := harness.NewKafka(t)
+	ctx := context.Background()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact"), "max.message.bytes": kadm.StringPtr("100000")}, "small-off"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = producer.EnsureTopics(ctx, cl, producer.Topics{Data: "d", Partitions: 3, ReplicationFactor: -1, Offsets: "small-off"})
+	if !errors.Is(err, connector.ErrPermanent) || !strings.Contains(err.Error(), "max.message.bytes") || !strings.Contains(err.Error(), "1000012") {
+		t.Errorf("offsets topic with max.message.bytes 100000: %v", err)
+	}
 }
