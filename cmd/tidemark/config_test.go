@@ -879,3 +879,33 @@ func TestYAMLModuleNotArchived(t *testing.T) {
 		t.Errorf("go.mod must require go.yaml.in/yaml/v3 and not the archived gopkg.in/yaml.v3:\n%s", b)
 	}
 }
+
+// Every default the README states next to a key, as "`key` (default X)",
+// "`key`, default `X`" or "`key` (X)", is the code's default.
+func TestREADMEDefaults(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile("`([a-z_]+\\.[a-z_.]+)`(?: \\(default:? `?|, default `| \\()([^`),;]+)")
+	n := 0
+	for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+		key, stated := m[1], strings.TrimSpace(m[2])
+		def, ok := ConfigDefault(key)
+		if !ok || strings.Contains(stated, " ") && !strings.HasPrefix(stated, def) {
+			continue // a key without a fixed default, or prose ("the table name", "broker default")
+		}
+		n++
+		same := stated == def
+		if d1, e1 := time.ParseDuration(stated); e1 == nil {
+			d2, e2 := time.ParseDuration(def)
+			same = e2 == nil && d1 == d2
+		}
+		if !same {
+			t.Errorf("README says %s defaults to %q; ConfigDefault says %q", key, stated, def)
+		}
+	}
+	if n < 3 {
+		t.Errorf("checked only %d stated defaults", n)
+	}
+}
