@@ -22,11 +22,12 @@ import (
 // read_committed never delivers fails here instead of hanging.
 const prompt = 10 * time.Second
 
-// newTopic creates a topic with parts partitions on a fresh broker.
+// newTopic creates a topic with parts partitions on a fresh broker; the
+// options it returns produce to Record.Partition.
 func newTopic(t *testing.T, parts int32) ([]kgo.Opt, string) {
 	t.Helper()
 	k := harness.NewKafka(t)
-	opts := []kgo.Opt{kgo.SeedBrokers(k.Brokers...)}
+	opts := []kgo.Opt{kgo.SeedBrokers(k.Brokers...), manualPartitioner()}
 	createTopic(t, opts, "shared", parts)
 	return opts, "shared"
 }
@@ -155,7 +156,6 @@ func want(t *testing.T, what string, g got, w ...string) {
 // end, with exactly the committed records before the open transaction.
 func TestScanEndsBeforeAnOpenTransactionAfterAnAbortedRecord(t *testing.T) {
 	opts, topic := newTopic(t, 1)
-	opts = append(opts, manualPartitioner())
 	committed(t, opts, topic, 0, "c0") // c0@0, marker@1
 	a := newWriter(t, opts, topic, "A").begin()
 	aOff := a.put(0, "a") // @2
@@ -250,7 +250,6 @@ func TestScanStableEnds(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			opts, topic := newTopic(t, 1)
-			opts = append(opts, manualPartitioner())
 			c.setup(t, opts, topic)
 			want(t, "Scan", read(t, "Scan", func(ctx context.Context, cb func(*kgo.Record) error) error {
 				return fold.Scan(ctx, opts, topic, cb)
@@ -269,7 +268,6 @@ func TestScanStableEnds(t *testing.T) {
 // one partition reads only that one; ErrStop ends a read early.
 func TestScanPartitions(t *testing.T) {
 	opts, topic := newTopic(t, 3)
-	opts = append(opts, manualPartitioner())
 	committed(t, opts, topic, 0, "p0a")
 	a := newWriter(t, opts, topic, "A").begin()
 	a.put(0, "aborted")

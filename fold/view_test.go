@@ -219,7 +219,6 @@ func TestViewStopsBeforeATransactionThatStaysOpen(t *testing.T) {
 // is reported. Offsets: c0@0, its marker@1, b@2.
 func TestViewAndARealOpenTransaction(t *testing.T) {
 	opts, topic := newTopic(t, 1)
-	opts = append(opts, manualPartitioner())
 	committed(t, opts, topic, 0, "c0")
 	b := newWriter(t, opts, topic, "B").begin()
 	b.put(0, "b")
