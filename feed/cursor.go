@@ -35,7 +35,7 @@ const (
 	maxIDLen = 4096
 )
 
-// Stable error codes of the changes API (CONTRACT §9). Clients match on
+// Stable error codes of the changes API (docs/http-source.md, The reference feed's contract). Clients match on
 // these, never on messages.
 const (
 	CodeInvalidLimit   = "invalid_limit"   // 400: limit not an integer in 1..MaxLimit

@@ -1,7 +1,7 @@
 // Package feed is tidemark's reference changes API: it serves a table (a
 // PostgreSQL table through connector/postgres, or any Table) as a
 // cursor-paginated HTTP feed that keeps the contract the HTTP source relies
-// on (CONTRACT §9). It is the HTTP source's test upstream, `tidemark feed
+// on (docs/http-source.md). It is the HTTP source's test upstream, `tidemark feed
 // serve`, and a handler API owners can embed.
 //
 // Protocol:
@@ -32,7 +32,7 @@
 //     null (has_more: false, no Link) is the end of the walk.
 //   - Soft-deleted rows are items with "deleted": true and "data": null.
 //   - data is the Table's value encoding byte for byte (for PostgreSQL,
-//     CONTRACT §4), so a table read through the feed and read directly
+//     docs/design.md, Records), so a table read through the feed and read directly
 //     yields identical record values.
 //
 // Cursors (see CursorVersion for the layout) are opaque: unpadded base64url

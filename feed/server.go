@@ -20,7 +20,7 @@ import (
 	"github.com/tidemark/tidemark/schemas"
 )
 
-// Limits of the limit parameter (CONTRACT §9).
+// Limits of the limit parameter (docs/http-source.md).
 const (
 	DefaultLimit = 100
 	MaxLimit     = 500
@@ -75,7 +75,7 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Server serves a Table as a cursor-paginated changes API (CONTRACT §9):
+// Server serves a Table as a cursor-paginated changes API (docs/http-source.md):
 //
 //	GET <path>?since=<RFC 3339>&cursor=<opaque>&limit=<1..500>
 //
@@ -146,7 +146,7 @@ type Item struct {
 	// Deleted is true for a soft-deleted row; Data is then null.
 	Deleted bool `json:"deleted"`
 	// Data is the row as a JSON object in the Table's encoding (for
-	// PostgreSQL, CONTRACT §4).
+	// PostgreSQL, docs/design.md, Records).
 	Data json.RawMessage `json:"data"`
 }
 

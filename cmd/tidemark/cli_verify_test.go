@@ -25,7 +25,7 @@ import (
 	"github.com/tidemark/tidemark/test/harness"
 )
 
-// The tests of `tidemark verify` and `tidemark sweep` (CONTRACT §5, §7) at
+// The tests of `tidemark verify` and `tidemark sweep` (docs/design.md, Proof) at
 // the CLI level, against a real PostgreSQL and kfake.
 
 // vfWorld is a schema with an items table (20 rows), a Kafka cluster and a

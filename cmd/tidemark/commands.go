@@ -23,7 +23,7 @@ import (
 
 func cmdRun(ctx context.Context, a *cli) (err error) {
 	defer a.closeAll()
-	a.serve = true                                     // metrics.listen applies to run only
+	a.serve = true // metrics.listen applies to run only
 	e, _, err := a.engine(ctx)
 	if err != nil {
 		return err
@@ -91,7 +91,7 @@ func (a *cli) engine(ctx context.Context) (*connector.Engine, []kgo.Opt, error) 
 	return e, opts, nil
 }
 
-// preflight checks the table (CONTRACT §2). Failures stop with exit 2;
+// preflight checks the table (docs/design.md, Source table requirements). Failures stop with exit 2;
 // warnings are logged (or printed by check).
 func (a *cli) preflight(ctx context.Context, src connector.Source, print bool) error {
 	ps, ok := src.(*postgres.Source)
