@@ -114,11 +114,11 @@ func (a *cli) preflight(ctx context.Context, src connector.Source, print bool) e
 		return fmt.Errorf("preflight: %w", err)
 	}
 	if a.cfg.Source.Horizon {
-		f, err := ps.CheckHorizon(ctx)
+		fs, err := ps.CheckHorizon(ctx)
 		if err != nil {
 			return fmt.Errorf("preflight horizon: %w", err)
 		}
-		rep.Findings = append(rep.Findings, f)
+		rep.Findings = append(rep.Findings, fs...)
 	}
 	for _, f := range rep.Findings {
 		switch {

@@ -95,9 +95,9 @@ func TestCheckHorizon(t *testing.T) {
 	db.Exec(t, "CREATE TABLE t (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)")
 	ctx := context.Background()
 
-	f, err := open(t, config(db, "t")).CheckHorizon(ctx)
-	if err != nil || f.Severity != postgres.OK {
-		t.Fatalf("superuser: %v %v", f, err)
+	fs, err := open(t, config(db, "t")).CheckHorizon(ctx)
+	if err != nil || len(fs) != 1 || fs[0].Severity != postgres.OK {
+		t.Fatalf("superuser: %v %v", fs, err)
 	}
 
 	role := db.Schema + "_reader"
@@ -117,9 +117,9 @@ func TestCheckHorizon(t *testing.T) {
 	cfg.DSN = u.String()
 	src := open(t, cfg)
 
-	f, err = src.CheckHorizon(ctx)
-	if err != nil || f.Severity != postgres.Warn || !strings.Contains(f.Message, "GRANT pg_read_all_stats TO "+ident) {
-		t.Fatalf("unprivileged role: %v %v", f, err)
+	fs, err = src.CheckHorizon(ctx)
+	if err != nil || len(fs) != 1 || fs[0].Severity != postgres.Warn || !strings.Contains(fs[0].Message, "GRANT pg_read_all_stats TO "+ident) {
+		t.Fatalf("unprivileged role: %v %v", fs, err)
 	}
 	// And indeed it cannot see another role's writer.
 	writer, err := db.Pool.Begin(ctx)
@@ -135,9 +135,17 @@ func TestCheckHorizon(t *testing.T) {
 	}
 
 	db.Exec(t, fmt.Sprintf("GRANT pg_monitor TO %s", ident))
-	f, err = src.CheckHorizon(ctx)
-	if err != nil || f.Severity != postgres.OK {
-		t.Fatalf("pg_monitor member: %v %v", f, err)
+	fs, err = src.CheckHorizon(ctx)
+	if err != nil || len(fs) != 1 || fs[0].Severity != postgres.OK {
+		t.Fatalf("pg_monitor member: %v %v", fs, err)
+	}
+
+	// A role whose sessions do not report activity is invisible: check
+	// says so, naming it.
+	db.Exec(t, fmt.Sprintf("ALTER ROLE %s SET track_activities = off", ident))
+	fs, err = src.CheckHorizon(ctx)
+	if err != nil || len(fs) != 2 || fs[1].Severity != postgres.Warn || !strings.Contains(fs[1].Message, "track_activities is set off for role "+role) {
+		t.Fatalf("role with track_activities off: %v %v", fs, err)
 	}
 	if h, err := src.Horizon(ctx); err != nil || h.OldestWriter.IsZero() {
 		t.Fatalf("pg_monitor horizon: %+v %v", h, err)
