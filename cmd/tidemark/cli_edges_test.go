@@ -175,6 +175,18 @@ func TestCLILogDurationsAndUnknownEnv(t *testing.T) {
 	}
 }
 
+// getJSON GETs u and decodes its JSON body into v.
+func getJSON(t *testing.T, u string, v any) *http.Response {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	_ = json.NewDecoder(resp.Body).Decode(v)
+	return resp
+}
+
 // startFeed runs `tidemark feed serve` until the test ends, when it must
 // stop with exit 0, and returns its endpoint.
 func startFeed(t *testing.T, args ...string) string {
@@ -248,27 +260,16 @@ func TestCLIFeedServeHardening(t *testing.T) {
 		"--idle-timeout", "300ms", "--read-header-timeout", "300ms", "--max-conns", "3")
 	b := startFeed(t, "--config", cfgB, "--hmac-key-file", key)
 
-	resp, err := http.Get(a + "?limit=2")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var page feed.Response
-	_ = json.NewDecoder(resp.Body).Decode(&page)
-	resp.Body.Close()
+	resp := getJSON(t, a+"?limit=2", &page)
 	if resp.StatusCode != 200 || page.NextCursor == nil {
 		t.Fatalf("first page: %d %+v", resp.StatusCode, page)
 	}
 	if link := resp.Header.Get("Link"); !strings.HasPrefix(link, "<https://feed.example.com/v1/changes?cursor=") {
 		t.Errorf("Link %q is not built on --public-url", link)
 	}
-	resp, err = http.Get(b + "?cursor=" + url.QueryEscape(*page.NextCursor))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var eb feed.ErrorBody
-	_ = json.NewDecoder(resp.Body).Decode(&eb)
-	resp.Body.Close()
-	if resp.StatusCode != 400 || eb.Error.Code != feed.CodeCursorForeign {
+	if resp = getJSON(t, b+"?cursor="+url.QueryEscape(*page.NextCursor), &eb); resp.StatusCode != 400 || eb.Error.Code != feed.CodeCursorForeign {
 		t.Errorf("a cursor of %s.b served by %s.\"a.b\": %d %+v, want 400 %s", dotted, db.Schema, resp.StatusCode, eb, feed.CodeCursorForeign)
 	}
 

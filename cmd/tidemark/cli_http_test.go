@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -248,14 +247,8 @@ func TestCLIFeedServe(t *testing.T) {
 	}
 
 	endpoint := startFeed(t, "--config", feedCfg, "--hmac-key-file", keyFile, "--tenant", "acme") // stopped, exit 0, at the end
-	r, err := http.Get(endpoint + "?limit=abc")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var eb feed.ErrorBody
-	_ = json.NewDecoder(r.Body).Decode(&eb)
-	r.Body.Close()
-	if r.StatusCode != 400 || eb.Error.Code != "invalid_limit" {
+	if r := getJSON(t, endpoint+"?limit=abc", &eb); r.StatusCode != 400 || eb.Error.Code != "invalid_limit" {
 		t.Errorf("limit=abc: %d %+v", r.StatusCode, eb)
 	}
 
