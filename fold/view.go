@@ -67,6 +67,12 @@ func WithViewWait(ctx context.Context, w ViewWait) context.Context {
 	return context.WithValue(ctx, viewWaitKey{}, w)
 }
 
+// ViewWaitOf returns the ViewWait ctx carries, if any.
+func ViewWaitOf(ctx context.Context) (ViewWait, bool) {
+	w, ok := ctx.Value(viewWaitKey{}).(ViewWait)
+	return w, ok
+}
+
 // or returns w with its zero fields taken from ctx (WithViewWait), then
 // from the defaults.
 func (w ViewWait) or(ctx context.Context) ViewWait {

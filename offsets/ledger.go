@@ -29,6 +29,7 @@ func NewLedger(opts []kgo.Opt, topic, connectorName string) *Ledger {
 // Entries calls fn for the connector's committed entries still retained,
 // oldest first. last > 0 limits the read to the last offsets of the topic.
 func (l *Ledger) Entries(ctx context.Context, last int64, fn func(*schemas.LedgerEntry) error) error {
+	ctx = noViewWait(ctx)
 	if last <= 0 {
 		last = -1
 	}
@@ -59,6 +60,7 @@ const auditWindow = 2000
 // cursors, is a safety stop. An empty ledger (expired, or a new ledger
 // topic) proves nothing either way and passes.
 func (l *Ledger) Audit(ctx context.Context, cp *schemas.Checkpoint) error {
+	ctx = noViewWait(ctx)
 	var last *schemas.LedgerEntry
 	bySeq := map[int64]*schemas.LedgerEntry{}
 	var dup error

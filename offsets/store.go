@@ -44,6 +44,7 @@ func (s *Store) FailClosed(ledger *Ledger, dataTopic string) *Store {
 // FailClosed it also audits the checkpoint against the ledger and refuses a
 // missing checkpoint that evidence says should exist (a *connector.StopError).
 func (s *Store) Load(ctx context.Context) (*schemas.Checkpoint, error) {
+	ctx = noViewWait(ctx)
 	cp, err := s.latest(ctx)
 	if err != nil {
 		return nil, err
@@ -106,6 +107,7 @@ func (s *Store) latest(ctx context.Context) (*schemas.Checkpoint, error) {
 // (the dedupe set's segments), in the order of refs. A record that is not
 // there, or holds another key, wraps connector.ErrStateDamaged.
 func (s *Store) State(ctx context.Context, refs []connector.StateRef) ([][]byte, error) {
+	ctx = noViewWait(ctx)
 	if len(refs) == 0 {
 		return nil, nil
 	}
@@ -149,6 +151,7 @@ func (s *Store) State(ctx context.Context, refs []connector.StateRef) ([][]byte,
 // LastRun returns the run id of the connector's latest run-start entry in
 // the ledger, or "" when there is none or no ledger.
 func (s *Store) LastRun(ctx context.Context) (string, error) {
+	ctx = noViewWait(ctx)
 	if s.ledger == nil {
 		return "", nil
 	}
@@ -192,6 +195,7 @@ func (s *Store) noRecordsOfOurs(ctx context.Context) error {
 // topic, oldest first; a tombstone (reset to scratch) clears what came
 // before it. Compaction may have removed older ones.
 func (s *Store) History(ctx context.Context) ([]*schemas.Checkpoint, error) {
+	ctx = noViewWait(ctx)
 	var out []*schemas.Checkpoint
 	err := fold.Scan(ctx, s.opts, s.topic, func(r *kgo.Record) error {
 		if string(r.Key) != s.connector {
@@ -219,4 +223,19 @@ func (s *Store) History(ctx context.Context) ([]*schemas.Checkpoint, error) {
 		return nil, fmt.Errorf("read checkpoints of %q from %s: %w", s.connector, s.topic, err)
 	}
 	return out, nil
+}
+
+// noViewWait makes the offsets and ledger reads fix their view at the last
+// stable offsets as they are, without waiting for open transactions to be
+// resolved (fold.ViewWait): the engine reads them only after its own
+// producer session was initialised or recovered, which resolves its own
+// last transaction, and other connectors' transactions on the shared topics
+// hold nothing of this connector's. Waiting for them would cost every start
+// and every recovery up to the wait's timeout, twice. A caller that set a
+// ViewWait on ctx keeps it.
+func noViewWait(ctx context.Context) context.Context {
+	if _, ok := fold.ViewWaitOf(ctx); ok {
+		return ctx
+	}
+	return fold.WithViewWait(ctx, fold.ViewWait{Timeout: -1})
 }
