@@ -141,7 +141,6 @@ func (a *cli) ensureTopics(ctx context.Context, opts []kgo.Opt, print bool) erro
 	defer cl.Close()
 	lines, err := producer.EnsureTopics(ctx, cl, a.topics())
 	for _, l := range lines {
-		l = realPolicy(ctx, cl, l) // topics.go
 		if print {
 			fmt.Fprintf(a.stdout, "  ok    topic      %s\n", l)
 		} else {
