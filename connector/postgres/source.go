@@ -184,10 +184,15 @@ func (s *Source) prepare(ctx context.Context) error {
 // connect parses the DSN, pins the session settings the encoder relies on
 // and checks that the server answers.
 func connect(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
+	// tidemark's own parser first (dsn.go): pgx accepts some DSNs whose
+	// password it would later print (an unencoded @ in a URL), and its parse
+	// errors can quote the password.
+	if err := CheckDSN(cfg.DSN); err != nil {
+		return nil, err
+	}
 	pc, err := pgxpool.ParseConfig(cfg.DSN)
 	if err != nil {
-		// pgconn's ParseConfigError redacts the password.
-		return nil, dsnError(cfg.DSN) // dsn.go: never pgx's text, which can quote the password
+		return nil, dsnError(cfg.DSN)
 	}
 	if cfg.Password != "" {
 		pc.ConnConfig.Password = cfg.Password
