@@ -110,10 +110,12 @@ type Config struct {
 	// safety stop.
 	Fingerprint       string
 	FingerprintFields map[string]string
-	// MaxAttempts is how many consecutive transient failures (with no
-	// commit between them) are retried before Run gives up; default 8. A
-	// failure after progress starts the count and the backoff over.
-	MaxAttempts int
+	// RetryTimeout bounds how long consecutive transient failures (with
+	// no commit between them) are retried before Run gives up; 0 (the
+	// default) retries without limit. A failure after progress starts the
+	// clock and the backoff over. The backoff is capped, jittered and
+	// exponential, 250 ms doubling to 30 s.
+	RetryTimeout time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 	// Observer receives events for metrics; default none.
@@ -156,9 +158,6 @@ func (c *Config) defaults() {
 	}
 	if c.TxnTimeout <= 0 {
 		c.TxnTimeout = time.Minute
-	}
-	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = 8
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -277,20 +276,13 @@ const (
 // jittered exponential backoff; fatal ones (see Fatal) return at once.
 func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 	started := e.cfg.Now()
-	if err := e.load(ctx, true); err != nil {
+	rt := &retry{e: e}
+	if err := e.start(ctx, rt); err != nil {
 		if Fatal(err) {
 			e.cfg.Observer.ObserveStop(stopKind(err))
 		}
 		return nil, err
 	}
-	if err := e.startRun(ctx); err != nil {
-		if Fatal(err) {
-			e.cfg.Observer.ObserveStop(stopKind(err))
-		}
-		return nil, err
-	}
-	failures := 0
-	failedAt := int64(-1) // committed seq at the last failure
 	for {
 		err := e.pass(ctx)
 		if err == nil && ctx.Err() == nil && e.sweepDue() {
@@ -302,7 +294,7 @@ func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 			return e.completion(started, "stopped by signal before the end of the pass; the next run resumes at the committed cursor"), nil
 		}
 		if err == nil {
-			failures = 0
+			rt.progress()
 			e.passesRun++
 			if mode == Once {
 				return e.completion(started, "caught up"), nil
@@ -323,54 +315,127 @@ func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 			}
 			return e.completion(started, "stopped: "+err.Error()), err
 		}
-		// Consecutive means without progress: a failure after a commit
-		// since the previous failure starts the count and the backoff over,
-		// so a long pass is not given up for failures it recovered from.
-		if e.committed.Seq != failedAt {
-			failures = 0
-		}
-		failedAt = e.committed.Seq
-		failures++
-		if ok, giveUp := e.backOff(ctx, err, failures, "transient failure; will resume from the last committed checkpoint"); !ok {
+		if ok, giveUp := rt.wait(ctx, err, "transient failure; will resume from the last committed checkpoint"); !ok {
 			return e.stopAfterRetries(started, giveUp)
 		}
 		// Nothing runs on the uncommitted state: until the checkpoint is
 		// reloaded, only the recovery itself is retried.
-		for {
-			rerr := e.recover(ctx)
-			if rerr == nil {
-				break
-			}
-			if Fatal(rerr) {
-				e.cfg.Observer.ObserveStop(stopKind(rerr))
-				return e.completion(started, "stopped: "+rerr.Error()), rerr
+		if err := e.recoverRetrying(ctx, rt); err != nil {
+			if Fatal(err) {
+				e.cfg.Observer.ObserveStop(stopKind(err))
+				return e.completion(started, "stopped: "+err.Error()), err
 			}
 			if ctx.Err() != nil {
 				return e.completion(started, "stopped by signal"), nil
 			}
-			failures++
-			if ok, giveUp := e.backOff(ctx, rerr, failures, "recovery failed: the uncommitted state stays discarded; retrying the recovery"); !ok {
-				return e.stopAfterRetries(started, giveUp)
+			return e.stopAfterRetries(started, err)
+		}
+	}
+}
+
+// start loads the checkpoint and records the run start, retrying transient
+// failures (the database or the broker not answering yet) like any other:
+// a connector started during an outage waits for it to end.
+func (e *Engine) start(ctx context.Context, rt *retry) error {
+	loaded := false
+	for {
+		var err error
+		if !loaded {
+			if err = e.load(ctx, true); err == nil {
+				loaded = true
+			}
+		}
+		if err == nil {
+			if err = e.startRun(ctx); err == nil {
+				rt.progress()
+				return nil
+			}
+		}
+		if Fatal(err) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if ok, giveUp := rt.wait(ctx, err, "start-up: waiting for the source and Kafka"); !ok {
+			if giveUp != nil {
+				return giveUp
+			}
+			return ctx.Err()
+		}
+		if loaded {
+			// A failed run-start transaction: recover the session and
+			// reload before trying again.
+			if err := e.recoverRetrying(ctx, rt); err != nil {
+				return err
 			}
 		}
 	}
 }
 
-// backOff accounts for the attempt-th consecutive transient failure: it
-// reports it, gives up once MaxAttempts is reached (giveUp is the error to
-// stop with), and otherwise waits a capped, jittered backoff. ok is false
-// when the caller must stop: with giveUp set, or because ctx ended.
-func (e *Engine) backOff(ctx context.Context, err error, attempt int, what string) (ok bool, giveUp error) {
-	e.cfg.Observer.ObserveRetry(retryReason(err))
-	if attempt >= e.cfg.MaxAttempts {
-		return false, fmt.Errorf("giving up after %d consecutive failures: %w", attempt, err)
+// recoverRetrying recovers (see recover), retrying a recovery that fails
+// transiently. It returns nil once recovered, a fatal error, the error to
+// give up with, or ctx's error.
+func (e *Engine) recoverRetrying(ctx context.Context, rt *retry) error {
+	for {
+		err := e.recover(ctx)
+		if err == nil {
+			return nil
+		}
+		if Fatal(err) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if ok, giveUp := rt.wait(ctx, err, "recovery failed: the uncommitted state stays discarded; retrying the recovery"); !ok {
+			if giveUp != nil {
+				return giveUp
+			}
+			return ctx.Err()
+		}
 	}
-	delay := backoff(attempt)
-	e.log.Warn(what, "err", err, "attempt", attempt, "of", e.cfg.MaxAttempts, "retry_in", delay.Round(time.Millisecond))
+}
+
+// retry paces consecutive transient failures: capped, jittered exponential
+// backoff, given up once Config.RetryTimeout has passed without progress
+// (never when it is 0). Progress (a commit) starts the clock over, so a
+// long pass is not given up for failures it recovered from.
+type retry struct {
+	e     *Engine
+	since time.Time // first failure since the last progress
+	n     int       // failures since then
+	seq   int64     // committed seq at the last failure
+}
+
+func (r *retry) progress() { r.n = 0 }
+
+// wait reports err, then waits before the next attempt. ok is false when
+// the caller must stop: giveUp is then the error to stop with, or nil when
+// ctx ended.
+func (r *retry) wait(ctx context.Context, err error, what string) (ok bool, giveUp error) {
+	e := r.e
+	e.cfg.Observer.ObserveRetry(retryReason(err))
+	if r.n > 0 && e.cp != nil && e.committed.Seq != r.seq {
+		r.n = 0 // committed since the last failure
+	}
+	if e.cp != nil {
+		r.seq = e.committed.Seq
+	}
+	if r.n == 0 {
+		r.since = time.Now()
+	}
+	r.n++
+	delay := backoff(r.n)
+	failing := time.Since(r.since)
+	if t := e.cfg.RetryTimeout; t > 0 && failing+delay > t {
+		return false, fmt.Errorf("giving up after %d attempts in %s (retry timeout %s): %w", r.n, failing.Round(time.Millisecond), t, err)
+	}
+	e.log.Warn(what, "err", err, "attempt", r.n, "failing_for", failing.Round(time.Millisecond), "retry_in", delay.Round(time.Millisecond))
 	return e.sleep(ctx, delay), nil
 }
 
-// stopAfterRetries ends Run when backOff says stop: gave up, or a signal.
+// stopAfterRetries ends Run when the retries stop: gave up, or a signal.
 func (e *Engine) stopAfterRetries(started time.Time, giveUp error) (*Completion, error) {
 	if giveUp != nil {
 		return e.completion(started, "gave up"), giveUp
@@ -401,66 +466,51 @@ func (e *Engine) sweepDue() bool {
 // sweep: `tidemark sweep`. Transient failures are retried like Run's: the
 // committed part stays, and a new sweep from a new view converges.
 func (e *Engine) SweepOnce(ctx context.Context, topic TopicView) (SweepResult, error) {
-	if err := e.load(ctx, true); err != nil {
+	rt := &retry{e: e}
+	if err := e.start(ctx, rt); err != nil {
 		return SweepResult{}, err
 	}
-	if err := e.startRun(ctx); err != nil {
-		return SweepResult{}, err
-	}
-	for attempt := 1; ; attempt++ {
+	for {
 		res, err := e.Sweep(ctx, topic)
 		if err == nil || Fatal(err) || ctx.Err() != nil {
 			return res, err
 		}
-		if ok, giveUp := e.backOff(ctx, err, attempt, "sweep failed; will resume from the last committed checkpoint"); !ok {
+		if ok, giveUp := rt.wait(ctx, err, "sweep failed; will resume from the last committed checkpoint"); !ok {
 			if giveUp != nil {
 				return res, giveUp
 			}
 			return res, ctx.Err()
 		}
-		if err := e.recover(ctx); err != nil {
+		if err := e.recoverRetrying(ctx, rt); err != nil {
 			return res, err
 		}
 	}
 }
 
 // startRun records in the ledger where this run resumed from and why, in a
-// transaction of its own. A failed attempt recovers (which reloads the
-// checkpoint) and describes the reloaded position.
+// transaction of its own. The caller retries a failure after recovering
+// (which reloads the checkpoint the entry then describes).
 func (e *Engine) startRun(ctx context.Context) error {
-	for attempt := 1; ; attempt++ {
-		entry := &schemas.LedgerEntry{
-			Version: schemas.LedgerVersion, Connector: e.cfg.Name, Kind: schemas.LedgerRun, RunID: e.runID,
-			Seq: e.cp.Seq, At: schemas.FormatTime(e.cfg.Now()), Reason: e.startReason, Detail: e.resumedFrom,
-			Phase: e.cp.Phase, RequestCursor: e.cp.Cursor, NextCursor: e.cp.Cursor, Watermark: e.cp.Watermark,
-			Counters: e.cp.Counters,
-		}
-		b, err := schemas.EncodeLedgerEntry(entry)
-		if err != nil {
-			return err
-		}
-		err = e.pub.Begin(ctx)
-		if err == nil {
-			err = e.pub.Commit(context.WithoutCancel(ctx), &Commit{Ledger: b})
-		}
-		if err == nil {
-			e.started = true
-			e.log.Info("run started", "run_id", e.runID, "reason", e.startReason, "from", e.resumedFrom)
-			return nil
-		}
-		if Fatal(err) || ctx.Err() != nil {
-			return fmt.Errorf("record the run start in the ledger: %w", err)
-		}
-		if ok, giveUp := e.backOff(ctx, err, attempt, "record the run start in the ledger failed; retrying"); !ok {
-			if giveUp != nil {
-				return fmt.Errorf("record the run start in the ledger: %w", giveUp)
-			}
-			return ctx.Err()
-		}
-		if err := e.recover(ctx); err != nil && (Fatal(err) || ctx.Err() != nil) {
-			return err
-		}
+	entry := &schemas.LedgerEntry{
+		Version: schemas.LedgerVersion, Connector: e.cfg.Name, Kind: schemas.LedgerRun, RunID: e.runID,
+		Seq: e.cp.Seq, At: schemas.FormatTime(e.cfg.Now()), Reason: e.startReason, Detail: e.resumedFrom,
+		Phase: e.cp.Phase, RequestCursor: e.cp.Cursor, NextCursor: e.cp.Cursor, Watermark: e.cp.Watermark,
+		Counters: e.cp.Counters,
 	}
+	b, err := schemas.EncodeLedgerEntry(entry)
+	if err != nil {
+		return err
+	}
+	err = e.pub.Begin(ctx)
+	if err == nil {
+		err = e.pub.Commit(context.WithoutCancel(ctx), &Commit{Ledger: b})
+	}
+	if err != nil {
+		return fmt.Errorf("record the run start in the ledger: %w", err)
+	}
+	e.started = true
+	e.log.Info("run started", "run_id", e.runID, "reason", e.startReason, "from", e.resumedFrom)
+	return nil
 }
 
 // markNeedsDecision records a source's safety stop (a rejected cursor) in
@@ -618,8 +668,11 @@ func (e *Engine) sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// backoff is capped exponential backoff with full jitter: 250ms doubling to
-// 30s.
+// Backoff is the wait before retry number attempt (1, 2, ...): capped
+// exponential backoff with jitter, 250 ms doubling to 30 s, the upper half
+// of each step drawn at random.
+func Backoff(attempt int) time.Duration { return backoff(attempt) }
+
 func backoff(attempt int) time.Duration {
 	d := 250 * time.Millisecond << min(attempt-1, 7)
 	d = min(d, 30*time.Second)

@@ -281,6 +281,10 @@ func (a *cli) engineConfig() connector.Config {
 	if margin == 0 {
 		margin = -1 // 0s in the file means no margin
 	}
+	retry := s.RetryTimeout.Duration
+	if a.once || !a.serve { // serve: `run` (continuous or --once)
+		retry = s.OnceRetryTimeout.Duration
+	}
 	return connector.Config{
 		Name:              a.cfg.Name,
 		PageSize:          s.PageSize,
@@ -291,6 +295,7 @@ func (a *cli) engineConfig() connector.Config {
 		TxnMaxBytes:       s.TxnMaxBytes,
 		TxnMaxDuration:    s.TxnMaxDuration.Duration,
 		TxnTimeout:        a.cfg.Kafka.TransactionTimeout.Duration,
+		RetryTimeout:      retry,
 		Horizon:           a.cfg.Source.Horizon,
 		SweepInterval:     a.cfg.Sweep.Interval.Duration,
 		SweepMaxKeys:      a.sweepMaxKeys(),

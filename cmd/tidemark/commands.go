@@ -67,18 +67,24 @@ func (a *cli) engine(ctx context.Context) (*connector.Engine, []kgo.Opt, error) 
 	if a.obs, err = a.observe(ctx, opts); err != nil {
 		return nil, nil, err
 	}
-	src, err := a.source(ctx)
-	if err != nil {
+	var src connector.Source
+	if err := a.startup(ctx, "the source", "source", func() (err error) {
+		src, err = a.source(ctx)
+		return err
+	}); err != nil {
 		return nil, nil, err
 	}
-	if err := a.preflight(ctx, src, false); err != nil {
+	if err := a.startup(ctx, "the source's preflight", "source", func() error { return a.preflight(ctx, src, false) }); err != nil {
 		return nil, nil, err
 	}
-	if err := a.ensureTopics(ctx, opts, false); err != nil {
+	if err := a.startup(ctx, "Kafka (topics)", "kafka", func() error { return a.ensureTopics(ctx, opts, false) }); err != nil {
 		return nil, nil, err
 	}
-	w, err := a.writer(ctx, opts)
-	if err != nil {
+	var w *producer.Writer
+	if err := a.startup(ctx, "Kafka (producer session)", "kafka", func() (err error) {
+		w, err = a.writer(ctx, opts)
+		return err
+	}); err != nil {
 		return nil, nil, err
 	}
 	cfg := a.engineConfig()

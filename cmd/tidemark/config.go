@@ -223,6 +223,15 @@ type SyncConfig struct {
 	// TxnMaxDuration bounds how long one transaction collects pages before it
 	// commits. Default 5s.
 	TxnMaxDuration Duration `yaml:"txn_max_duration"`
+	// RetryTimeout is how long `tidemark run` retries transient failures
+	// (the database, the broker, the HTTP feed not answering) in a row,
+	// with no commit between them, before it gives up with exit 1; at
+	// start-up too. 0s (the default) retries without limit: the outage
+	// shows on /readyz and in the retry metrics and alerts.
+	RetryTimeout Duration `yaml:"retry_timeout"`
+	// OnceRetryTimeout is the same bound for `run --once` and the other
+	// commands that run once (sweep, ...). Default 5m; 0s is no limit.
+	OnceRetryTimeout Duration `yaml:"once_retry_timeout"`
 	// DedupeMaxEntries is no longer used: the dedupe set has no bound
 	// (docs/design.md, "The dedupe set"). It is still accepted so that
 	// older files load, with a warning when set.
@@ -334,6 +343,8 @@ var defaults = map[string]string{
 	"sync.txn_max_records":      "10000",
 	"sync.txn_max_bytes":        "16MiB",
 	"sync.txn_max_duration":     "5s",
+	"sync.retry_timeout":        "0s",
+	"sync.once_retry_timeout":   "5m",
 	"sweep.interval":            "0s",
 	"sweep.max_keys_in_memory":  "4000000",
 	"log.level":                 "info",
@@ -676,6 +687,11 @@ func (c *Config) Validate() error {
 		p.add("sync.txn_max_duration", "%s is out of range; use a positive duration%s", y.TxnMaxDuration, with("sync.txn_max_duration"))
 	} else if k.TransactionTimeout.Duration > 0 && y.TxnMaxDuration.Duration >= k.TransactionTimeout.Duration {
 		p.add("sync.txn_max_duration", "%s is not below kafka.transaction_timeout %s; the broker would abort transactions, so lower it or raise the timeout", y.TxnMaxDuration, k.TransactionTimeout)
+	}
+	for key, d := range map[string]Duration{"sync.retry_timeout": y.RetryTimeout, "sync.once_retry_timeout": y.OnceRetryTimeout} {
+		if d.Duration < 0 {
+			p.add(key, "%s is negative; use 0s (no limit) or a positive duration such as 10m%s", d, with(key))
+		}
 	}
 
 	if c.Sweep.Interval.Duration < 0 {

@@ -87,7 +87,7 @@ func TestDefaults(t *testing.T) {
 		Sync: SyncConfig{
 			PageSize: 1000, Margin: Duration{10 * time.Second}, PollInterval: Duration{time.Second},
 			PollJitter: 0.2, TxnMaxRecords: 10000, TxnMaxBytes: 16 << 20,
-			TxnMaxDuration: Duration{5 * time.Second},
+			TxnMaxDuration: Duration{5 * time.Second}, OnceRetryTimeout: Duration{5 * time.Minute},
 		},
 		Sweep: SweepConfig{MaxKeysInMemory: 4000000},
 		Log:   LogConfig{Level: "info", Format: "auto"},

@@ -119,6 +119,7 @@ type world struct {
 	src     postgres.Config
 	sync    map[string]string       // sync.* overrides for the config file
 	source  map[string]string       // extra source.* keys for the config file
+	extra   string                  // more top-level YAML for the config file
 	tune    func(*connector.Config) // adjusts the in-process engine's config
 }
 
@@ -204,6 +205,7 @@ func (w *world) config() string {
 		fmt.Fprintf(&b, "  %s: %s\n", k, w.sync[k])
 	}
 	b.WriteString("log:\n  level: info\n  format: json\n")
+	b.WriteString(w.extra)
 	path := filepath.Join(w.dir, "tidemark.yaml")
 	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
 		w.t.Fatal(err)

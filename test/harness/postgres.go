@@ -29,6 +29,7 @@ type Postgres struct {
 	dir  string // data dir of a throwaway cluster ("" when external)
 	bin  string
 	cred *syscall.Credential
+	opts string                   // server options of a throwaway cluster
 	ctr  testcontainers.Container // the container (containers backend)
 }
 
@@ -172,6 +173,7 @@ func startCluster() (*Postgres, error) {
 		return nil, err
 	}
 	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s %s", port, dir, serverSettings)
+	p.opts = opts
 	if out, err := p.cmd("pg_ctl", "-D", data, "-o", opts, "-l", filepath.Join(dir, "log"), "-w", "-t", "60", "start").CombinedOutput(); err != nil {
 		log, _ := os.ReadFile(filepath.Join(dir, "log"))
 		os.RemoveAll(dir)
@@ -210,6 +212,38 @@ func (p *Postgres) Restart(t testing.TB) {
 	// and CombinedOutput would wait until that server stops.
 	if out, err := p.cmd("pg_ctl", "-D", data, "-l", filepath.Join(p.dir, "log"), "-m", "fast", "-w", "restart").CombinedOutput(); err != nil {
 		t.Fatalf("pg_ctl restart: %v: %s", err, out)
+	}
+}
+
+// StopServer stops a throwaway cluster's server (fast shutdown: open
+// connections are dropped) and keeps its data, for outage tests; StartServer
+// starts it again on the same port. Local clusters only: the containers
+// backend skips the test.
+func (p *Postgres) StopServer(t testing.TB) {
+	t.Helper()
+	p.needLocal(t)
+	if out, err := p.cmd("pg_ctl", "-D", filepath.Join(p.dir, "data"), "-m", "fast", "-w", "stop").CombinedOutput(); err != nil {
+		t.Fatalf("pg_ctl stop: %v: %s", err, out)
+	}
+}
+
+// StartServer starts a server stopped by StopServer.
+func (p *Postgres) StartServer(t testing.TB) {
+	t.Helper()
+	p.needLocal(t)
+	data := filepath.Join(p.dir, "data")
+	if out, err := p.cmd("pg_ctl", "-D", data, "-o", p.opts, "-l", filepath.Join(p.dir, "log"), "-w", "-t", "60", "start").CombinedOutput(); err != nil {
+		t.Fatalf("pg_ctl start: %v: %s", err, out)
+	}
+}
+
+func (p *Postgres) needLocal(t testing.TB) {
+	t.Helper()
+	if p.ctr != nil {
+		t.Skip("stopping and starting the server needs a local throwaway cluster, not the containers backend")
+	}
+	if p.dir == "" {
+		t.Fatal("needs a throwaway cluster (StartPostgres or StartCluster)")
 	}
 }
 

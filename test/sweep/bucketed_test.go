@@ -226,7 +226,7 @@ func TestBucketedCrashResumes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stop := &stopAfter{Source: r.Src, cancel: cancel}
-	e := r.Engine(stop, connector.Config{SweepMaxKeys: 4, TxnMaxRecords: 2, MaxAttempts: 1})
+	e := r.Engine(stop, connector.Config{SweepMaxKeys: 4, TxnMaxRecords: 2, RetryTimeout: time.Nanosecond})
 	if _, err := e.SweepOnce(ctx, r.TopicView()); err == nil {
 		t.Fatal("the sweep survived its crash")
 	}
