@@ -126,6 +126,10 @@ type Config struct {
 	SweepInterval time.Duration
 	// Topic reads the data topic for sweeps.
 	Topic TopicView
+	// RepublishOnSchemaChange makes a change of the source's shape
+	// (Reshaper) schedule a sweep, which republishes every row whose
+	// record now differs: every record then carries the new shape.
+	RepublishOnSchemaChange bool
 	// SweepMaxKeys is the memory budget of a sweep, in live topic keys
 	// held at once (some 46 bytes each); default DefaultMaxKeysInMemory
 	// (0), and a negative value always compares by buckets. A topic that

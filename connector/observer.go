@@ -53,6 +53,12 @@ type FutureObserver interface {
 	ObserveFutureDated(rows int)
 }
 
+// SchemaObserver is implemented by observers that count changes of the
+// source's shape. Discovered by type assertion.
+type SchemaObserver interface {
+	ObserveSchemaChange()
+}
+
 type nopObserver struct{}
 
 func (nopObserver) ObservePage(time.Duration, int) {}

@@ -15,6 +15,9 @@ import (
 // finished.
 func (e *Engine) pass(ctx context.Context) error {
 	src := e.src
+	if err := e.reshape(ctx); err != nil {
+		return err
+	}
 	now, err := e.sourceNow(ctx)
 	if err != nil {
 		return err
@@ -345,7 +348,7 @@ func (e *Engine) endPass(ctx context.Context) error {
 	// unchanged table costs no transaction. The committed checkpoint
 	// already says "idle at W", unless the pass was resumed.
 	if !e.txOpen && !e.bMoved && e.cp.Watermark == oldW && e.cp.SeenMark == e.committed.SeenMark &&
-		e.committed.Phase == schemas.PhaseIdle && wasPass != schemas.PhaseSnapshot {
+		e.committed.Phase == schemas.PhaseIdle && wasPass != schemas.PhaseSnapshot && (e.cp.Sweep == nil) == (e.committed.Sweep == nil) {
 		e.resetTx()
 		return nil
 	}
@@ -483,6 +486,38 @@ func (e *Engine) corrupt(field string, err error) error {
 		Hint:   "the offsets topic holds a checkpoint this build cannot use; inspect it with `tidemark status` and decide with `tidemark reset`",
 		Err:    err,
 	}
+}
+
+// reshape asks the source whether its shape changed since the last pass
+// (docs/schema-changes.md): a change is logged and counted and, with
+// RepublishOnSchemaChange, schedules a sweep that republishes every row
+// whose record now differs (committed with the pass, so a crash does not
+// forget it). A change the configuration cannot follow is a safety stop.
+func (e *Engine) reshape(ctx context.Context) error {
+	rs, ok := e.src.(Reshaper)
+	if !ok {
+		return nil
+	}
+	ch, err := rs.Reshape(ctx)
+	if err != nil {
+		if Fatal(err) {
+			return err
+		}
+		return staged("source", fmt.Errorf("re-read the source's shape: %w", err))
+	}
+	if ch == nil {
+		return nil
+	}
+	e.log.Warn("the source's columns changed: records from this pass on carry the new shape",
+		"added", ch.Added, "dropped", ch.Dropped, "retyped", ch.Retyped, "table_replaced", ch.Replaced,
+		"old", ch.Old, "new", ch.New, "republish", e.cfg.RepublishOnSchemaChange)
+	if o, ok := e.cfg.Observer.(SchemaObserver); ok {
+		o.ObserveSchemaChange()
+	}
+	if e.cfg.RepublishOnSchemaChange && e.cfg.Topic != nil && e.cp.Sweep == nil {
+		e.cp.Sweep = &schemas.SweepProgress{StartedAt: schemas.FormatTime(e.cfg.Now())}
+	}
+	return nil
 }
 
 // sourceNow reads the source's clock (Clock), or the host's.

@@ -118,3 +118,24 @@ type Marker interface {
 type Clock interface {
 	Now(ctx context.Context) (time.Time, error)
 }
+
+// ShapeChange describes a change of the source's shape (its columns).
+type ShapeChange struct {
+	// Old and New list the value columns with their types.
+	Old, New string
+	// Added, Dropped and Retyped name the value columns that changed.
+	Added, Dropped, Retyped []string
+	// Replaced is set when the table itself was replaced (dropped and
+	// created again, or renamed over).
+	Replaced bool
+}
+
+// Reshaper is implemented by sources whose shape can change while tidemark
+// runs (docs/schema-changes.md). Discovered by type assertion.
+type Reshaper interface {
+	// Reshape is called at the start of every pass. It re-reads the shape
+	// and, when it changed, switches to it and describes the change (nil
+	// when unchanged). A change the configuration cannot follow is a
+	// *StopError.
+	Reshape(ctx context.Context) (*ShapeChange, error)
+}

@@ -51,7 +51,7 @@ type Metrics struct {
 	reg *prometheus.Registry
 
 	rowsRead, rowsPublished, rowsDeduped, rowsTombstoned prometheus.Counter
-	rowsReread, rowsFuture                               prometheus.Counter
+	rowsReread, rowsFuture, schemaChanges                prometheus.Counter
 	txCommitted, txAborted, passes                       prometheus.Counter
 	txDuration, commitDuration, pageFetch, sourceToTopic prometheus.Histogram
 	retries, stops                                       *prometheus.CounterVec
@@ -117,6 +117,7 @@ func New(cfg Config) *Metrics {
 	m.rowsRead = counter("rows_read_total", "Rows read from the source, re-reads included.")
 	m.rowsPublished = counter("rows_published_total", "Rows published to the data topic in committed transactions (upserts and tombstones).")
 	m.rowsDeduped = counter("rows_deduped_total", "Re-read rows skipped because the dedupe set showed them unchanged, counted as they are read.")
+	m.schemaChanges = counter("schema_changes_total", "Changes of the source table's columns seen at the start of a pass (docs/schema-changes.md).")
 	m.rowsFuture = counter("rows_future_dated_total", "Rows read with an updated_at after the source's clock at the start of their pass: published, but the watermark stops at the clock (a writer's clock or time zone is probably wrong).")
 	m.rowsReread = counter("rows_reread_total", "Rows a pass read again from the window below the watermark it started from: the cost of the safety margin, counted as they are read.")
 	m.rowsTombstoned = counter("rows_tombstoned_total", "Tombstones (deletes) published in committed transactions; a subset of rows_published_total.")
@@ -166,6 +167,9 @@ func New(cfg Config) *Metrics {
 // Registry returns the registry holding every tidemark series plus the Go
 // runtime and process collectors.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// ObserveSchemaChange implements connector.SchemaObserver.
+func (m *Metrics) ObserveSchemaChange() { m.schemaChanges.Inc() }
 
 // ObserveFutureDated implements connector.FutureObserver.
 func (m *Metrics) ObserveFutureDated(rows int) { m.rowsFuture.Add(float64(rows)) }

@@ -159,7 +159,7 @@ func TestCLIVersionFlagsAndHelp(t *testing.T) {
 func TestCLILogDurationsAndUnknownEnv(t *testing.T) {
 	dir := t.TempDir()
 	cfg := writeEdgeConfig(t, dir, "c.yaml", "postgres://u@127.0.0.1:1/db?sslmode=disable&connect_timeout=1", "")
-	env := map[string]string{"TIDEMARK_SYNC_PAGESIZE": "5", "TIDEMARK_LOG_FORMAT": "json", "TIDEMARK_FEED_HMAC_KEY": "x"}
+	env := map[string]string{"TIDEMARK_SYNC_PAGESIZE": "5", "TIDEMARK_LOG_FORMAT": "json", "TIDEMARK_FEED_HMAC_KEY": "x", "TIDEMARK_SYNC_ONCE_RETRY_TIMEOUT": "1s"}
 	_, _, errOut := edgeCLI(t, env, "run", "--once", "--config", cfg)
 	if !strings.Contains(errOut, "TIDEMARK_SYNC_PAGESIZE") || !strings.Contains(errOut, "TIDEMARK_SYNC_PAGE_SIZE") {
 		t.Errorf("no warning with a suggestion for TIDEMARK_SYNC_PAGESIZE:\n%s", errOut)

@@ -218,15 +218,16 @@ func TestCLIRunAndStatusNeverPrintPassword(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "preflight passed") {
 		t.Errorf("check: exit %d\n%s\n%s", code, out, errOut)
 	}
-	// A run that cannot connect names the DSN it tried, redacted (w.cli
-	// checks every output for the password).
+	// A run that cannot connect waits for the database, says so naming the
+	// DSN it tries, redacted (w.cli checks every output for the password),
+	// and gives up after sync.once_retry_timeout with exit 1.
 	u, _ := url.Parse(w.dsn)
 	u.Host = "127.0.0.1:1"
 	unreachable := *w
 	unreachable.dsn = u.String()
-	code, out, errOut = w.cli(ctx, "run", "--config", unreachable.config("unreachable.yaml", "items", ""), "--once")
-	if code != exitFailure || !strings.Contains(errOut, "127.0.0.1:1") {
-		t.Errorf("run against an unreachable PostgreSQL: exit %d, want %d and the redacted DSN\n%s\n%s", code, exitFailure, out, errOut)
+	code, out, errOut = w.cli(ctx, "run", "--config", unreachable.config("unreachable.yaml", "items", ""), "--once", "--sync.once_retry_timeout", "2s")
+	if code != exitFailure || !strings.Contains(errOut, "127.0.0.1:1") || !strings.Contains(errOut, "start-up: waiting for the source") || !strings.Contains(errOut, "did not answer within 2s") {
+		t.Errorf("run against an unreachable PostgreSQL: exit %d, want %d, the waits and the redacted DSN\n%s\n%s", code, exitFailure, out, errOut)
 	}
 }
 

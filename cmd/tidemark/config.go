@@ -94,13 +94,19 @@ type SourceConfig struct {
 	// configuration value is ever spliced into SQL". Default none.
 	Filter string `yaml:"filter"`
 	// Horizon enables horizon mode: the watermark never passes the start of
-	// the oldest transaction still running with a transaction id. Needs the
+	// the oldest transaction still open in the database. Needs the
 	// pg_read_all_stats role. Default false. Postgres only.
 	Horizon bool `yaml:"horizon"`
 	// InitialLoad is "moving" (default: the first pass walks the live table)
 	// or "consistent" (the first pass runs in one REPEATABLE READ READ ONLY
 	// transaction). Consistent is postgres only.
 	InitialLoad string `yaml:"initial_load"`
+	// OnSchemaChange says what a change of the table's columns does besides
+	// being logged and counted: "continue" (default: records from the next
+	// pass on carry the new shape) or "republish" (also republish, once,
+	// every row whose record now differs, through the sweep).
+	// docs/schema-changes.md. Postgres only.
+	OnSchemaChange string `yaml:"on_schema_change"`
 	// HTTP configures kind http; the endpoint URL is DSN. HTTP only.
 	HTTP HTTPSourceConfig `yaml:"http,omitempty"`
 }
@@ -330,6 +336,7 @@ var defaults = map[string]string{
 	"source.id_column":          "id",
 	"source.updated_at_column":  "updated_at",
 	"source.initial_load":       "moving",
+	"source.on_schema_change":   "continue",
 	"kafka.offsets_topic":       "tidemark-offsets",
 	"kafka.ledger_topic":        "tidemark-ledger",
 	"kafka.ledger_retention":    "168h",
@@ -613,6 +620,11 @@ func (c *Config) Validate() error {
 		}
 	default:
 		p.add("source.initial_load", "%q is not an initial load mode; use moving or consistent%s", s.InitialLoad, with("source.initial_load"))
+	}
+	switch s.OnSchemaChange {
+	case "continue", "republish":
+	default:
+		p.add("source.on_schema_change", "%q is not a choice; use continue or republish%s", s.OnSchemaChange, with("source.on_schema_change"))
 	}
 	if s.PasswordEnv != "" && s.PasswordFile != "" {
 		p.add("source.password_file", "source.password_env and source.password_file are both set; keep one")

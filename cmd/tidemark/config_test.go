@@ -77,7 +77,7 @@ func TestDefaults(t *testing.T) {
 		Source: SourceConfig{
 			Kind: "postgres", DSN: "postgres://tidemark@db.example.com:5432/shop",
 			Schema: "public", Table: "orders", IDColumn: "id", UpdatedAtColumn: "updated_at",
-			InitialLoad: "moving",
+			InitialLoad: "moving", OnSchemaChange: "continue",
 		},
 		Kafka: KafkaConfig{
 			Topic: "orders", OffsetsTopic: "tidemark-offsets", LedgerTopic: "tidemark-ledger",
@@ -190,12 +190,12 @@ func TestEveryKeySettable(t *testing.T) {
 		"source.schema": "s2", "source.table": "t2", "source.id_column": "i2",
 		"source.updated_at_column": "u2", "source.deleted_at_column": "d2",
 		"source.columns": "i2,u2,x", "source.filter": "x > 1", "source.horizon": "true",
-		"source.initial_load": "consistent", "kafka.brokers": "a:1,b:2", "kafka.topic": "tp",
+		"source.initial_load": "consistent", "source.on_schema_change": "republish", "kafka.brokers": "a:1,b:2", "kafka.topic": "tp",
 		"kafka.offsets_topic": "off", "kafka.ledger_topic": "led", "kafka.ledger_retention": "48h", "kafka.partitions": "3", "kafka.replication_factor": "3",
 		"kafka.allow_non_compacted": "true", "kafka.transaction_timeout": "2m",
 		"sync.page_size": "500", "sync.margin": "30s", "sync.poll_interval": "5s",
 		"sync.poll_jitter": "0.5", "sync.txn_max_records": "600", "sync.txn_max_bytes": "1000",
-		"sync.txn_max_duration": "1s", "sync.dedupe_max_entries": "7", "sweep.interval": "1h", "sweep.max_keys_in_memory": "1000", "log.level": "debug",
+		"sync.txn_max_duration": "1s", "sync.retry_timeout": "1h", "sync.once_retry_timeout": "3m", "sync.dedupe_max_entries": "7", "sweep.interval": "1h", "sweep.max_keys_in_memory": "1000", "log.level": "debug",
 		"log.format":        "json",
 		"kafka.tls.enabled": "true", "kafka.tls.ca_file": "/etc/ca.pem", "kafka.tls.cert_file": "/etc/c.pem",
 		"kafka.tls.key_file": "/etc/k.pem", "kafka.tls.server_name": "kafka.internal",

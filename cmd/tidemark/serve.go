@@ -261,6 +261,14 @@ func (m multiObserver) ObservePage(d time.Duration, rows int) {
 	}
 }
 
+func (m multiObserver) ObserveSchemaChange() {
+	for _, o := range m {
+		if s, ok := o.(connector.SchemaObserver); ok {
+			s.ObserveSchemaChange()
+		}
+	}
+}
+
 func (m multiObserver) ObserveFutureDated(rows int) {
 	for _, o := range m {
 		if f, ok := o.(connector.FutureObserver); ok {

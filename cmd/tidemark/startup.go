@@ -26,6 +26,11 @@ func (a *cli) startup(ctx context.Context, what, reason string, fn func() error)
 	began := time.Now()
 	for attempt := 1; ; attempt++ {
 		err := fn()
+		if err != nil {
+			// A login or an ACL the broker refuses is a ConfigError: no
+			// amount of waiting fixes it (security.go).
+			err = a.explainKafkaAccess(err)
+		}
 		if err == nil {
 			if attempt > 1 {
 				a.log.Info("start-up: "+what+" answers again", "after", time.Since(began).Round(time.Millisecond), "attempts", attempt)
@@ -36,7 +41,9 @@ func (a *cli) startup(ctx context.Context, what, reason string, fn func() error)
 			return err
 		}
 		if a.obs != nil {
-			a.obs.observer().ObserveRetry(reason)
+			if o := a.obs.observer(); o != nil {
+				o.ObserveRetry(reason)
+			}
 		}
 		delay := connector.Backoff(attempt)
 		waited := time.Since(began)

@@ -33,7 +33,7 @@ const markSQL = `SELECT txid_snapshot_xmin(txid_current_snapshot())`
 // Mark returns the token of a pass about to start, or "" for a view or a
 // foreign table (no row versions to compare).
 func (s *Source) Mark(ctx context.Context) (string, error) {
-	if !s.q.marks {
+	if !s.shape().q.marks {
 		return "", nil
 	}
 	var x int64
@@ -69,8 +69,8 @@ func parseMark(m string) (int64, error) {
 
 // marks returns the page query's skip parameter (nil = no skip) and the
 // current pass's mark modulo 2^32 (nil = no Settled flags) for req.
-func (s *Source) marks(req connector.PageRequest) (skip any, mark *int64, err error) {
-	if !s.q.marks || req.Mark == "" {
+func (s *Source) marks(sh *shape, req connector.PageRequest) (skip any, mark *int64, err error) {
+	if !sh.q.marks || req.Mark == "" {
 		return nil, nil, nil
 	}
 	m, err := parseMark(req.Mark)

@@ -45,7 +45,7 @@ func (s *Source) snapshot(ctx context.Context) (*Snapshot, error) {
 	}
 	sn, ok := snap.(*Snapshot)
 	if !ok {
-		return nil, fmt.Errorf("snapshot of %s: unexpected type %T", s.tbl.ident, snap)
+		return nil, fmt.Errorf("snapshot of %s: unexpected type %T", s.shape().tbl.ident, snap)
 	}
 	return sn, nil
 }

@@ -29,6 +29,11 @@ var _ connector.SnapshotSource = (*Snapshot)(nil)
 // is no later than the moment the snapshot was taken. Close it when done;
 // it holds a connection and, while open, holds back vacuum.
 func (s *Source) Snapshot(ctx context.Context) (connector.SnapshotSource, error) {
+	// A view of the table as it is: with its current columns
+	// (docs/schema-changes.md).
+	if _, err := s.Reshape(ctx); err != nil {
+		return nil, err
+	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: connect: %w", err)
@@ -50,7 +55,7 @@ func (s *Source) Snapshot(ctx context.Context) (connector.SnapshotSource, error)
 		return nil, fmt.Errorf("snapshot: read start time: %w", err)
 	}
 	sn := &Snapshot{src: s, conn: conn, tx: tx, start: start.UTC()}
-	if s.q.marks {
+	if s.shape().q.marks {
 		sn.mark = formatMark(xmin)
 	}
 	return sn, nil
@@ -65,7 +70,7 @@ func (sn *Snapshot) Mark() string { return sn.mark }
 // Page reads a page inside the view; see Source.Page.
 func (sn *Snapshot) Page(ctx context.Context, req connector.PageRequest) (connector.Page, error) {
 	if sn.tx == nil {
-		return connector.Page{}, fmt.Errorf("snapshot of %s is closed", sn.src.tbl.ident)
+		return connector.Page{}, fmt.Errorf("snapshot of %s is closed", sn.src.shape().tbl.ident)
 	}
 	return sn.src.page(ctx, sn.tx, req)
 }

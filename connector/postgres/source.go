@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tidemark/tidemark/connector"
@@ -30,8 +31,9 @@ var (
 type Source struct {
 	cfg  Config
 	pool *pgxpool.Pool
-	tbl  *table
-	q    queries
+	// sh is the table's shape and the queries built from it, replaced
+	// whole when the table changes (Reshape).
+	sh atomic.Pointer[shape]
 	// rowBytes and idBytes remember the last page's average value and id
 	// size, so the next page's buffers are allocated once at about the
 	// right size instead of growing by doubling.
@@ -154,26 +156,32 @@ func newSource(ctx context.Context, cfg Config, pool *pgxpool.Pool) (*Source, er
 	if err := rep.Err(); err != nil {
 		return nil, err
 	}
-	s := &Source{cfg: cfg, pool: pool, tbl: tbl, q: buildQueries(cfg, tbl)}
-	if err := s.prepare(ctx); err != nil {
+	sig, err := signature(ctx, pool, cfg)
+	if err != nil {
 		return nil, err
 	}
+	sh := &shape{tbl: tbl, q: buildQueries(cfg, tbl), sig: sig}
+	if err := prepare(ctx, pool, sh); err != nil {
+		return nil, err
+	}
+	s := &Source{cfg: cfg, pool: pool}
+	s.sh.Store(sh)
 	return s, nil
 }
 
 // prepare parses each page statement once so that a bad filter or column
 // fails at startup, not at the first page. pgx caches the statements per
 // connection on use.
-func (s *Source) prepare(ctx context.Context) error {
-	conn, err := s.pool.Acquire(ctx)
+func prepare(ctx context.Context, pool *pgxpool.Pool, sh *shape) error {
+	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Release()
-	for _, sql := range []string{s.q.all, s.q.since, s.q.next} {
+	for _, sql := range []string{sh.q.all, sh.q.since, sh.q.next} {
 		if _, err := conn.Conn().Prepare(ctx, "", sql); err != nil {
 			if ctx.Err() == nil && isSQLError(err) {
-				return fmt.Errorf("%w: the page query for %s is rejected by PostgreSQL (check filter and columns): %w", ErrBadConfig, s.tbl.ident, err)
+				return fmt.Errorf("%w: the page query for %s is rejected by PostgreSQL (check filter and columns): %w", ErrBadConfig, sh.tbl.ident, err)
 			}
 			return fmt.Errorf("prepare page query: %w", err)
 		}
@@ -234,39 +242,64 @@ func (s *Source) page(ctx context.Context, q querier, req connector.PageRequest)
 	if req.Limit <= 0 {
 		return connector.Page{}, fmt.Errorf("page limit %d: must be positive", req.Limit)
 	}
-	var (
-		rows pgx.Rows
-		err  error
-	)
-	skip, mark, err := s.marks(req)
+	sh := s.shape()
+	skip, mark, err := s.marks(sh, req)
 	if err != nil {
 		return connector.Page{}, err
 	}
-	switch {
-	case req.Cursor != "":
-		k, derr := decodeCursor(req.Cursor, s.tbl.idKind)
-		if derr != nil {
-			return connector.Page{}, derr
+	var k key
+	if req.Cursor != "" {
+		if k, err = decodeCursor(req.Cursor, sh.tbl.idKind); err != nil {
+			return connector.Page{}, err
 		}
-		rows, err = q.Query(ctx, s.q.next, s.q.formats, k.time(), k.id, req.Limit, skip)
-	case req.Since.IsZero():
-		rows, err = q.Query(ctx, s.q.all, s.q.formats, req.Limit, skip)
-	default:
-		rows, err = q.Query(ctx, s.q.since, s.q.formats, req.Since, req.Limit, skip)
+	}
+	var out []connector.Row
+	for attempt := 0; ; attempt++ {
+		out, err = s.query(ctx, q, sh, req, k, skip, mark)
+		// A column's type changed under a prepared statement: pgx has
+		// dropped it from its cache, so running the query again
+		// prepares it anew (docs/schema-changes.md).
+		if err != nil && attempt == 0 && planChanged(err) {
+			continue
+		}
+		break
 	}
 	if err != nil {
-		return connector.Page{}, fmt.Errorf("read %s after cursor %q: %w", s.tbl.ident, req.Cursor, err)
-	}
-	defer rows.Close()
-	out, err := s.readRows(rows, req.Limit, mark)
-	if err != nil {
-		return connector.Page{}, fmt.Errorf("read %s after cursor %q: %w", s.tbl.ident, req.Cursor, err)
+		return connector.Page{}, fmt.Errorf("read %s after cursor %q: %w", sh.tbl.ident, req.Cursor, err)
 	}
 	if len(out) == 0 {
 		return connector.Page{Next: req.Cursor, End: true}, nil
 	}
 	last := out[len(out)-1]
 	return connector.Page{Rows: out, Next: key{micros: last.UpdatedAt.UnixMicro(), id: last.ID}.cursor()}, nil
+}
+
+// query runs one page query and decodes its rows.
+func (s *Source) query(ctx context.Context, q querier, sh *shape, req connector.PageRequest, k key, skip any, mark *int64) ([]connector.Row, error) {
+	var (
+		rows pgx.Rows
+		err  error
+	)
+	switch {
+	case req.Cursor != "":
+		rows, err = q.Query(ctx, sh.q.next, sh.q.formats, k.time(), k.id, req.Limit, skip)
+	case req.Since.IsZero():
+		rows, err = q.Query(ctx, sh.q.all, sh.q.formats, req.Limit, skip)
+	default:
+		rows, err = q.Query(ctx, sh.q.since, sh.q.formats, req.Since, req.Limit, skip)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	return s.readRows(sh, rows, req.Limit, mark)
+}
+
+// planChanged reports PostgreSQL's "cached plan must not change result
+// type": a table changed under a prepared statement.
+func planChanged(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "0A000" && strings.Contains(pgErr.Message, "cached plan must not change result type")
 }
 
 // pgEpochMicros is 2000-01-01 UTC, PostgreSQL's timestamp epoch, in Unix
@@ -283,9 +316,9 @@ const (
 
 // readRows decodes a page. Values and ids of all rows share two buffers
 // (one allocation each per page, plus growth); rows slice them.
-func (s *Source) readRows(rows pgx.Rows, limit int, mark *int64) ([]connector.Row, error) {
+func (s *Source) readRows(sh *shape, rows pgx.Rows, limit int, mark *int64) ([]connector.Row, error) {
 	out := make([]connector.Row, 0, min(limit, 4096))
-	enc := rowEncoder{cols: s.tbl.value}
+	enc := rowEncoder{cols: sh.tbl.value}
 	expect := min(limit, 4096)
 	var (
 		vals  = make([]byte, 0, expect*int(max(s.rowBytes.Load(), 64))*9/8)
@@ -293,35 +326,35 @@ func (s *Source) readRows(rows pgx.Rows, limit int, mark *int64) ([]connector.Ro
 		vEnds = make([]int, 0, expect) // end offset of each row's value in vals; -1 when deleted
 		iEnds = make([]int, 0, expect) // end offset of each row's id in ids
 	)
-	prefix := s.q.prefix
+	prefix := sh.q.prefix
 	// updated_at arrives in binary, except under
 	// default_query_exec_mode=simple_protocol (for PgBouncer), where every
 	// column is text.
 	fds := rows.FieldDescriptions()
 	textUA := len(fds) > 0 && fds[0].Format == pgx.TextFormatCode
-	textXmin := s.q.marks && len(fds) >= prefix && fds[prefix-1].Format == pgx.TextFormatCode
+	textXmin := sh.q.marks && len(fds) >= prefix && fds[prefix-1].Format == pgx.TextFormatCode
 	for rows.Next() {
 		raw := rows.RawValues()
-		if len(raw) != prefix+len(s.tbl.value) {
-			return nil, fmt.Errorf("got %d columns, want %d (did the table change? restart to re-read it)", len(raw), prefix+len(s.tbl.value))
+		if len(raw) != prefix+len(sh.tbl.value) {
+			return nil, fmt.Errorf("got %d columns, want %d: the table changed during the pass; the next pass reads its new shape", len(raw), prefix+len(sh.tbl.value))
 		}
 		idv := raw[1]
 		if idv == nil {
-			return nil, fmt.Errorf("a row has a NULL id %s", quote(s.tbl.id.name))
+			return nil, fmt.Errorf("a row has a NULL id %s", quote(sh.tbl.id.name))
 		}
 		ua := raw[0]
 		if ua == nil {
-			return nil, fmt.Errorf("row id %q has a NULL %s; such rows would be skipped forever: backfill it and make the column NOT NULL", idv, quote(s.tbl.updatedAt.name))
+			return nil, fmt.Errorf("row id %q has a NULL %s; such rows would be skipped forever: backfill it and make the column NOT NULL", idv, quote(sh.tbl.updatedAt.name))
 		}
 		us, err := updatedAtMicros(ua, textUA)
 		if err != nil {
-			return nil, fmt.Errorf("row id %q: %s: %w", idv, quote(s.tbl.updatedAt.name), err)
+			return nil, fmt.Errorf("row id %q: %s: %w", idv, quote(sh.tbl.updatedAt.name), err)
 		}
 		if us < minMicros || us > maxMicros {
 			return nil, fmt.Errorf("%w: %w: row id %q: %s %s is outside years 1..9999, which an RFC 3339 timestamp (record headers, the checkpoint) cannot express: correct the row (nothing after the last committed transaction was published)",
-				ErrBadConfig, connector.ErrPermanent, idv, quote(s.tbl.updatedAt.name), schemas.FromMicros(us).Format("2006-01-02 15:04:05.999999Z07:00"))
+				ErrBadConfig, connector.ErrPermanent, idv, quote(sh.tbl.updatedAt.name), schemas.FromMicros(us).Format("2006-01-02 15:04:05.999999Z07:00"))
 		}
-		deleted := s.tbl.deletedAt != nil && len(raw[2]) == 1 && raw[2][0] == 't'
+		deleted := sh.tbl.deletedAt != nil && len(raw[2]) == 1 && raw[2][0] == 't'
 		settled := false
 		if mark != nil {
 			x, err := xminOf(raw[prefix-1], textXmin)

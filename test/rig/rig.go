@@ -3,6 +3,7 @@ package rig
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -143,6 +144,11 @@ func (r *Rig) Seed(from, to int, step time.Duration) {
 	for i := from; i <= to; i++ {
 		r.InsertAt(i, T0.Add(time.Duration(i)*step), fmt.Sprintf("v%d", i))
 	}
+}
+
+// LoggerTo logs Info and above as JSON lines to w.
+func LoggerTo(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
 // Logger logs Warn and above into the test log.

@@ -1,0 +1,137 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tidemark/tidemark/connector"
+)
+
+var _ connector.Reshaper = (*Source)(nil)
+
+// shape is the table as the page queries were built for it.
+type shape struct {
+	tbl *table
+	q   queries
+	// sig summarises the catalog's description of the table (its oid, and
+	// every live column's number, name, type and modifier), compared at the
+	// start of every pass.
+	sig string
+}
+
+func (s *Source) shape() *shape { return s.sh.Load() }
+
+// signatureSQL is the cheap check made at the start of every pass: one
+// catalog row for the table.
+const signatureSQL = `SELECT c.oid::text || '|' || coalesce(string_agg(a.attnum || ':' || a.attname || ':' || a.atttypid || ':' || a.atttypmod, ',' ORDER BY a.attnum), '')
+	FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+	LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+	WHERE n.nspname = $1 AND c.relname = $2
+	GROUP BY c.oid`
+
+func signature(ctx context.Context, q querier, cfg Config) (string, error) {
+	var sig string
+	err := q.QueryRow(ctx, signatureSQL, cfg.Schema, cfg.Table).Scan(&sig)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil // gone: inspect says so
+	}
+	if err != nil {
+		return "", fmt.Errorf("read the shape of %s: %w", quote(cfg.Schema, cfg.Table), err)
+	}
+	return sig, nil
+}
+
+// Reshape re-reads the table's shape at the start of a pass and, when it
+// changed, switches the page queries to it (docs/schema-changes.md):
+//   - with every column selected (no source.columns), an added column is
+//     in the records from now on, a dropped one is gone, and a changed type
+//     is encoded by its new type;
+//   - with listed columns, a listed column that is gone, or whose encoding
+//     changed (a number became text, say), is a safety stop naming it;
+//   - the id, updated_at or deleted_at column gone (renamed?) or no longer
+//     fit for its role is a safety stop, and so is the table gone.
+//
+// It returns nil when the shape is unchanged.
+func (s *Source) Reshape(ctx context.Context) (*connector.ShapeChange, error) {
+	old := s.shape()
+	sig, err := signature(ctx, s.pool, s.cfg)
+	if err != nil {
+		return nil, err
+	}
+	if sig == old.sig {
+		return nil, nil
+	}
+	tbl, rep, err := inspect(ctx, s.pool, s.cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := rep.Err(); err != nil || tbl == nil {
+		return nil, s.shapeStop(old.tbl, fmt.Sprintf("the table %s changed and no longer meets the requirements: %v", old.tbl.ident, err))
+	}
+	if tbl.idKind != old.tbl.idKind {
+		return nil, s.shapeStop(old.tbl, fmt.Sprintf("the id column %s of %s changed type (%s to %s): the keys of the records already published would no longer match",
+			quote(tbl.id.name), tbl.ident, old.tbl.id.typeName, tbl.id.typeName))
+	}
+	change := &connector.ShapeChange{Old: old.tbl.describe(), New: tbl.describe()}
+	before := map[string]valueColumn{}
+	for _, c := range old.tbl.value {
+		before[c.name] = c
+	}
+	after := map[string]valueColumn{}
+	for _, c := range tbl.value {
+		after[c.name] = c
+		if b, ok := before[c.name]; !ok {
+			change.Added = append(change.Added, c.name)
+		} else if b.kind != c.kind || b.elem != c.elem || old.tbl.col(c.name).typeName != tbl.col(c.name).typeName {
+			change.Retyped = append(change.Retyped, c.name)
+			if len(s.cfg.Columns) > 0 && (b.kind != c.kind || b.elem != c.elem) {
+				return nil, s.shapeStop(old.tbl, fmt.Sprintf("the listed column %s of %s changed type incompatibly (%s to %s): its values would be encoded differently",
+					quote(c.name), tbl.ident, old.tbl.col(c.name).typeName, tbl.col(c.name).typeName))
+			}
+		}
+	}
+	for _, c := range old.tbl.value {
+		if _, ok := after[c.name]; !ok {
+			change.Dropped = append(change.Dropped, c.name)
+		}
+	}
+	if tbl.oid != old.tbl.oid {
+		change.Replaced = true
+	}
+	sh := &shape{tbl: tbl, q: buildQueries(s.cfg, tbl), sig: sig}
+	if err := prepare(ctx, s.pool, sh); err != nil {
+		if errors.Is(err, ErrBadConfig) {
+			return nil, s.shapeStop(old.tbl, err.Error())
+		}
+		return nil, err
+	}
+	s.sh.Store(sh)
+	// Every pooled connection may hold statements prepared for the old
+	// shape; the same SQL text would fail once with "cached plan must not
+	// change result type" on each of them. New connections start clean.
+	s.pool.Reset()
+	return change, nil
+}
+
+// shapeStop is the safety stop for a table change the configuration cannot
+// follow.
+func (s *Source) shapeStop(_ *table, reason string) error {
+	return &connector.StopError{
+		Reason: reason,
+		Hint: "restore the table, or change the configuration to the new shape (source.columns, source.id_column, source.updated_at_column, source.deleted_at_column) " +
+			"and decide with `tidemark reset` (see docs/schema-changes.md); nothing was published on the new shape",
+	}
+}
+
+// describe lists the value columns with their types, for the log.
+func (t *table) describe() string {
+	parts := make([]string, 0, len(t.value))
+	for _, c := range t.value {
+		parts = append(parts, c.name+" "+t.col(c.name).typeName)
+	}
+	return strings.Join(parts, ", ")
+}
