@@ -91,6 +91,13 @@ type Config struct {
 	PollInterval time.Duration
 	// PollJitter is the fraction (0..1) of PollInterval randomised; default 0.
 	PollJitter float64
+	// Wake, when set, starts the next pass at once when it receives,
+	// instead of waiting out the poll interval (a change notification from
+	// the source). Polling stays: a wake-up that is lost costs at most one
+	// poll interval. Wake-ups that arrive during a pass start one more pass
+	// after it; MinPassGap spaces passes started by wake-ups (default 0).
+	Wake       <-chan struct{}
+	MinPassGap time.Duration
 	// TxnMaxRecords, TxnMaxBytes and TxnMaxDuration bound one transaction;
 	// defaults 10000 records, 16 MiB, 5s. Pages are never split.
 	TxnMaxRecords  int
@@ -303,7 +310,7 @@ func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 			if mode == Once {
 				return e.completion(started, "caught up"), nil
 			}
-			if !e.sleep(ctx, e.pollDelay()) {
+			if !e.idle(ctx) {
 				return e.completion(started, "stopped by signal"), nil
 			}
 			continue
@@ -659,6 +666,29 @@ func (e *Engine) pollDelay() time.Duration {
 		d += time.Duration((mrand.Float64()*2 - 1) * j * float64(d))
 	}
 	return d
+}
+
+// idle waits between two passes: the poll interval, or less when Wake
+// receives (then at least MinPassGap after the last pass ended). It
+// reports false when ctx ended.
+func (e *Engine) idle(ctx context.Context) bool {
+	if e.cfg.Wake == nil {
+		return e.sleep(ctx, e.pollDelay())
+	}
+	ended := time.Now()
+	t := time.NewTimer(e.pollDelay())
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	case <-e.cfg.Wake:
+		if gap := e.cfg.MinPassGap - time.Since(ended); gap > 0 {
+			return e.sleep(ctx, gap)
+		}
+		return true
+	}
 }
 
 func (e *Engine) sleep(ctx context.Context, d time.Duration) bool {
