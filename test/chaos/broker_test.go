@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/tidemark/tidemark/producer"
+	"github.com/tidemark/tidemark/test/harness"
 )
 
 // brokerScenario runs the in-process engine continuously under the
@@ -84,6 +85,7 @@ func faultCount() int {
 
 func TestBrokerFaults(t *testing.T) {
 	needPG(t)
+	harness.SkipUnlessKfake(t, "broker fault injection (kfake Fault, ControlKey/SleepControl, ListenFn, DataDir+Ports restarts)")
 	txnID := producer.TransactionalID("chaos")
 
 	t.Run("produce errors", func(t *testing.T) {

@@ -149,15 +149,14 @@ func newWorld(t *testing.T, p *harness.Postgres, kopts ...kfake.Opt) *world {
 	return w
 }
 
+// startKafka gives the world a broker of its own: in-process kfake (never
+// KAFKA_BROKERS), or an Apache Kafka container with the containers backend,
+// where w.kafka is nil and kfake-only scenarios skip.
 func (w *world) startKafka(kopts ...kfake.Opt) {
 	w.t.Helper()
-	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, kopts...)...)
-	if err != nil {
-		w.t.Fatalf("kfake: %v", err)
-	}
-	w.t.Cleanup(c.Close)
-	w.kafka = c
-	w.brokers = c.ListenAddrs()
+	k := harness.NewOwnKafka(w.t, kopts...)
+	w.kafka = k.Cluster
+	w.brokers = k.Brokers
 	w.opts = []kgo.Opt{kgo.SeedBrokers(w.brokers...)}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tidemark/tidemark/producer"
 	"github.com/tidemark/tidemark/schemas"
+	"github.com/tidemark/tidemark/test/harness"
 )
 
 // TestTwoWritersStorm: two processes with the same connector name run at
@@ -29,6 +30,7 @@ import (
 //   - no process ever stopped for a decision or a bad configuration;
 //   - one clean `run --once` succeeds, and the six counts are 0.
 func TestTwoWritersStorm(t *testing.T) {
+	harness.SkipUnlessKfake(t, "broker fault injection during the storm")
 	storm := 30 * time.Second
 	if soak() {
 		storm = 5 * time.Minute
