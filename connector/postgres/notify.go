@@ -1,0 +1,427 @@
+package postgres
+
+// Change notifications (source.notify; docs/operating.md, "Change
+// notifications"). A statement-level trigger, installed by the operator
+// from NotifyStatements, calls pg_notify on a channel after every INSERT,
+// UPDATE and DELETE; a Listener LISTENs on that channel over a connection
+// of its own and turns each notification into a coalesced wake-up for the
+// engine (connector.Config.Wake). Polling stays the safety net: a lost
+// notification costs at most one poll interval.
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// maxChannelBytes is the longest channel name PostgreSQL keeps: LISTEN
+// truncates a longer identifier (NAMEDATALEN - 1) and pg_notify refuses it,
+// so the two would not meet.
+const maxChannelBytes = 63
+
+// CheckChannel reports what is wrong with a notification channel name, or
+// nil. Any text of 1..63 bytes of valid UTF-8 without control characters
+// is a channel: it is always quoted (an identifier for LISTEN, a literal
+// for pg_notify), never interpreted as SQL.
+func CheckChannel(channel string) error {
+	switch {
+	case channel == "":
+		return errors.New("is empty; name a channel, e.g. orders_changes")
+	case len(channel) > maxChannelBytes:
+		return fmt.Errorf("is %d bytes; PostgreSQL channel names are at most %d bytes (a longer one is truncated by LISTEN and refused by pg_notify)", len(channel), maxChannelBytes)
+	case !utf8.ValidString(channel):
+		return errors.New("is not valid UTF-8")
+	}
+	for _, r := range channel {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return fmt.Errorf("holds the control character %U; use printable characters, e.g. orders_changes", r)
+		}
+	}
+	return nil
+}
+
+// quoteLiteral quotes s as an SQL string literal, as PostgreSQL's
+// quote_literal does: quotes doubled, and with a backslash present the
+// E'...' form with backslashes doubled, so that the literal means s whatever
+// standard_conforming_strings says.
+func quoteLiteral(s string) string {
+	q := strings.ReplaceAll(s, "'", "''")
+	if strings.Contains(s, `\`) {
+		return `E'` + strings.ReplaceAll(q, `\`, `\\`) + `'`
+	}
+	return "'" + q + "'"
+}
+
+// dollarQuote quotes body with a dollar-quote tag that does not occur in
+// it, so no text inside the body can end it early.
+func dollarQuote(body string) string {
+	tag := "$tidemark$"
+	for i := 1; strings.Contains(body, tag); i++ {
+		tag = "$tidemark_" + strconv.Itoa(i) + "$"
+	}
+	return tag + body + tag
+}
+
+// NotifyTrigger is the trigger name NotifyStatements creates on the table.
+const NotifyTrigger = "tidemark_notify"
+
+// NotifyStatements is the SQL that makes a table notify a channel
+// (NotifySQL): for the operator to run, as the table's owner. tidemark
+// never runs it itself.
+type NotifyStatements struct {
+	// Install creates (or replaces) the trigger function and the
+	// statement-level trigger, in one transaction.
+	Install string
+	// Remove drops both.
+	Remove string
+	// Function is the trigger function's quoted, schema-qualified name.
+	Function string
+}
+
+// NotifySQL returns the statements that make every INSERT, UPDATE and
+// DELETE statement on schema.table call pg_notify with channel and an
+// empty payload (schema "" is public). Every identifier is quoted; the
+// channel is a literal (quoteLiteral) inside a dollar-quoted body whose
+// tag it cannot contain. One notification per statement, and PostgreSQL
+// folds identical notifications of one transaction into one, delivered at
+// commit.
+func NotifySQL(schema, table, channel string) (NotifyStatements, error) {
+	if schema == "" {
+		schema = "public"
+	}
+	if err := CheckChannel(channel); err != nil {
+		return NotifyStatements{}, fmt.Errorf("%w: notify channel %w", ErrBadConfig, err)
+	}
+	if table == "" || strings.IndexByte(schema+table, 0) >= 0 {
+		return NotifyStatements{}, fmt.Errorf("%w: notify: a table name is required and names cannot hold NUL bytes", ErrBadConfig)
+	}
+	rel := quote(schema, table)
+	fn := quote(schema, notifyFunctionName(table))
+	trg := quote(NotifyTrigger)
+	body := "\nBEGIN\n  PERFORM pg_catalog.pg_notify(" + quoteLiteral(channel) + ", '');\n  RETURN NULL;\nEND\n"
+	remove := "DROP TRIGGER IF EXISTS " + trg + " ON " + rel + ";\nDROP FUNCTION IF EXISTS " + fn + "();\n"
+	var b strings.Builder
+	b.WriteString("-- tidemark: a statement-level trigger that wakes `tidemark run` (source.notify)\n")
+	b.WriteString("-- after every INSERT, UPDATE and DELETE statement on the table.\n")
+	b.WriteString("-- Run it as the table's owner; tidemark never creates it itself.\n")
+	// Only text without line breaks may go into a -- comment: a quoted
+	// identifier can hold one, and the rest of its line would be SQL.
+	if !strings.ContainsAny(rel+fn, "\r\n") {
+		b.WriteString("-- To remove it:\n")
+		for _, l := range strings.Split(strings.TrimSuffix(remove, "\n"), "\n") {
+			b.WriteString("--   " + l + "\n")
+		}
+	} else {
+		b.WriteString("-- To remove it: DROP TRIGGER " + trg + " on the table, and DROP FUNCTION of the function below.\n")
+	}
+	b.WriteString("BEGIN;\n")
+	b.WriteString("CREATE OR REPLACE FUNCTION " + fn + "() RETURNS trigger\nLANGUAGE plpgsql AS " + dollarQuote(body) + ";\n")
+	b.WriteString("DROP TRIGGER IF EXISTS " + trg + " ON " + rel + ";\n")
+	b.WriteString("CREATE TRIGGER " + trg + "\n  AFTER INSERT OR UPDATE OR DELETE ON " + rel + "\n  FOR EACH STATEMENT EXECUTE FUNCTION " + fn + "();\n")
+	b.WriteString("COMMIT;\n")
+	return NotifyStatements{Install: b.String(), Remove: remove, Function: fn}, nil
+}
+
+// notifyFunctionName is tidemark_notify_<table>, or when that is longer
+// than an identifier may be, the table's name cut at a character boundary
+// and a digest of the whole name, so two long names never share a
+// function.
+func notifyFunctionName(table string) string {
+	name := NotifyTrigger + "_" + table
+	if len(name) <= maxChannelBytes {
+		return name
+	}
+	sum := sha256.Sum256([]byte(table))
+	suffix := "_" + hex.EncodeToString(sum[:4])
+	cut := maxChannelBytes - len(suffix)
+	for cut > 0 && !utf8.RuneStart(name[cut]) {
+		cut--
+	}
+	return name[:cut] + suffix
+}
+
+// notifyTriggerSQL lists the table's user triggers whose function calls
+// pg_notify: name, enabled, statement-level, the events (tgtype bits 4
+// INSERT, 8 DELETE, 16 UPDATE) and the function's source.
+const notifyTriggerSQL = `SELECT t.tgname::text, t.tgenabled <> 'D', (t.tgtype & 1) = 0, (t.tgtype & 28) = 28, p.prosrc
+FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid
+WHERE t.tgrelid = $1 AND NOT t.tgisinternal AND p.prosrc LIKE '%pg_notify%'`
+
+// CheckNotify reports whether a trigger on the table notifies channel
+// (the one NotifySQL prints, or any whose function passes the channel to
+// pg_notify as a literal). Without one, tidemark still works, by polling:
+// a Warn finding with the fix.
+func (s *Source) CheckNotify(ctx context.Context, channel string) ([]Finding, error) {
+	sh := s.shape()
+	rows, err := s.pool.Query(ctx, notifyTriggerSQL, sh.tbl.oid)
+	if err != nil {
+		return nil, fmt.Errorf("check notify trigger: %w", err)
+	}
+	type trig struct {
+		name                    string
+		enabled, stmt, allEvent bool
+		src                     string
+	}
+	var found []trig
+	for rows.Next() {
+		var t trig
+		if err := rows.Scan(&t.name, &t.enabled, &t.stmt, &t.allEvent, &t.src); err != nil {
+			return nil, fmt.Errorf("check notify trigger: %w", err)
+		}
+		found = append(found, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("check notify trigger: %w", err)
+	}
+	lit := "pg_notify(" + quoteLiteral(channel)
+	fix := "print it with `tidemark check --print-notify-sql` and have the table's owner run it"
+	for _, t := range found {
+		if !strings.Contains(t.src, lit) {
+			continue
+		}
+		switch {
+		case !t.enabled:
+			return []Finding{{Warn, "notify", fmt.Sprintf("trigger %s on %s notifies channel %q but is disabled: changes wait for the poll (sync.poll_interval); ALTER TABLE ... ENABLE TRIGGER it", quote(t.name), sh.tbl.ident, channel)}}, nil
+		case !t.allEvent:
+			return []Finding{{Warn, "notify", fmt.Sprintf("trigger %s on %s notifies channel %q, but not on every one of INSERT, UPDATE and DELETE: the others wait for the poll (sync.poll_interval); %s", quote(t.name), sh.tbl.ident, channel, fix)}}, nil
+		}
+		level := "statement-level"
+		if !t.stmt {
+			level = "row-level (one notification per row; a statement-level trigger costs less)"
+		}
+		return []Finding{{OK, "notify", fmt.Sprintf("trigger %s on %s notifies channel %q on INSERT, UPDATE and DELETE (%s)", quote(t.name), sh.tbl.ident, channel, level)}}, nil
+	}
+	return []Finding{{Warn, "notify", fmt.Sprintf("no trigger on %s notifies channel %q: changes wait for the poll (sync.poll_interval); %s", sh.tbl.ident, channel, fix)}}, nil
+}
+
+// ListenConfig configures Listen.
+type ListenConfig struct {
+	// Channel is the channel to LISTEN on (CheckChannel). Required.
+	Channel string
+	// Heartbeat is how long the connection may stay silent before a round
+	// trip checks that it is still alive (a dead peer that sent no reset
+	// is found this way). Default 30s.
+	Heartbeat time.Duration
+	// MaxBackoff caps the wait between reconnection attempts, which starts
+	// at 100 ms and doubles, jittered. Default 5s.
+	MaxBackoff time.Duration
+	// Logger; default the source Config's Logger, else slog.Default().
+	Logger *slog.Logger
+}
+
+// Listener holds a dedicated connection (not one of the page pool's) that
+// LISTENs on a channel and turns notifications into wake-ups on a channel
+// of capacity 1: any number of notifications that arrive before the
+// engine looks again make one wake-up. When the connection drops (a
+// server restart, pg_terminate_backend, a network failure found by the
+// heartbeat) it is re-established with capped, jittered backoff, and then
+// one wake-up is sent: the pass it starts reads whatever changed while
+// nobody listened. It stops when the context given to Listen ends, or on
+// Close.
+type Listener struct {
+	conn      *pgx.ConnConfig
+	channel   string
+	heartbeat time.Duration
+	maxWait   time.Duration
+	log       *slog.Logger
+
+	wake   chan struct{}
+	pid    atomic.Uint32
+	notes  atomic.Int64 // notifications received
+	again  atomic.Int64 // reconnections
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Listen connects, runs LISTEN on lc.Channel and returns a Listener that
+// keeps listening, reconnecting as needed, until ctx ends or Close. It
+// sends one wake-up at once: a change committed before LISTEN took effect
+// was not notified. Errors of the first connection are returned (a refused
+// login or a bad DSN wraps ErrBadConfig or is a *pgconn.PgError); later
+// ones are logged and retried.
+func Listen(ctx context.Context, cfg Config, lc ListenConfig) (*Listener, error) {
+	if err := CheckChannel(lc.Channel); err != nil {
+		return nil, fmt.Errorf("%w: notify channel %w", ErrBadConfig, err)
+	}
+	if err := CheckDSN(cfg.DSN); err != nil {
+		return nil, err
+	}
+	pc, err := pgxpool.ParseConfig(cfg.DSN) // pool_* keywords are accepted, and ignored
+	if err != nil {
+		return nil, dsnError(cfg.DSN)
+	}
+	cc := pc.ConnConfig
+	if cfg.Password != "" {
+		cc.Password = cfg.Password
+	}
+	if cc.RuntimeParams["application_name"] == "" {
+		cc.RuntimeParams["application_name"] = "tidemark-notify"
+	}
+	l := &Listener{
+		conn:      cc,
+		channel:   lc.Channel,
+		heartbeat: lc.Heartbeat,
+		maxWait:   lc.MaxBackoff,
+		log:       lc.Logger,
+		wake:      make(chan struct{}, 1),
+		done:      make(chan struct{}),
+	}
+	if l.heartbeat <= 0 {
+		l.heartbeat = 30 * time.Second
+	}
+	if l.maxWait <= 0 {
+		l.maxWait = 5 * time.Second
+	}
+	if l.log == nil {
+		l.log = cfg.logger()
+	}
+	conn, err := l.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	l.cancel = cancel
+	l.signal()
+	go l.run(lctx, conn)
+	return l, nil
+}
+
+// Wake receives one value for any number of notifications (or a
+// reconnection) since it was last read: connector.Config.Wake.
+func (l *Listener) Wake() <-chan struct{} { return l.wake }
+
+// PID is the server process id of the listening connection; 0 while it
+// is down.
+func (l *Listener) PID() uint32 { return l.pid.Load() }
+
+// Notifications is the number of notifications received so far.
+func (l *Listener) Notifications() int64 { return l.notes.Load() }
+
+// Reconnects is the number of times the connection was re-established.
+func (l *Listener) Reconnects() int64 { return l.again.Load() }
+
+// Close stops listening and closes the connection, waiting for both.
+func (l *Listener) Close() {
+	l.cancel()
+	<-l.done
+}
+
+// signal sends a wake-up unless one is already waiting.
+func (l *Listener) signal() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// connect opens the connection and runs LISTEN on the quoted channel.
+func (l *Listener) connect(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, l.conn)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+quote(l.channel)); err != nil {
+		closeConn(conn)
+		return nil, fmt.Errorf("LISTEN: %w", err)
+	}
+	l.pid.Store(conn.PgConn().PID())
+	return conn, nil
+}
+
+func closeConn(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
+}
+
+func (l *Listener) run(ctx context.Context, conn *pgx.Conn) {
+	defer close(l.done)
+	for {
+		err := l.wait(ctx, conn)
+		closeConn(conn)
+		l.pid.Store(0)
+		if ctx.Err() != nil {
+			return
+		}
+		lost := time.Now()
+		l.log.Warn("notify: the LISTEN connection was lost; reconnecting (changes are still read at every poll meanwhile)",
+			"channel", l.channel, "err", err)
+		if conn = l.reconnect(ctx, lost); conn == nil {
+			return
+		}
+		l.again.Add(1)
+		l.signal()
+	}
+}
+
+// reconnect retries connect with capped, jittered backoff until it
+// succeeds (nil when ctx ended first).
+func (l *Listener) reconnect(ctx context.Context, lost time.Time) *pgx.Conn {
+	for attempt := 1; ; attempt++ {
+		d := min(100*time.Millisecond<<min(attempt-1, 16), l.maxWait)
+		d = d/2 + time.Duration(mrand.Int64N(int64(d/2)+1))
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		conn, err := l.connect(ctx)
+		if err == nil {
+			l.log.Info("notify: LISTEN re-established; a pass follows to read what changed meanwhile",
+				"channel", l.channel, "attempts", attempt, "down_for", time.Since(lost).Round(time.Millisecond))
+			return conn
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		l.log.Warn("notify: reconnecting failed; retrying", "channel", l.channel, "attempt", attempt, "err", err)
+	}
+}
+
+// wait forwards notifications as wake-ups until the connection fails or
+// ctx ends. A connection silent for a heartbeat is checked with a round
+// trip; notifications that arrive meanwhile are kept by pgx and returned
+// by the next WaitForNotification.
+func (l *Listener) wait(ctx context.Context, conn *pgx.Conn) error {
+	for {
+		wctx, cancel := context.WithTimeout(ctx, l.heartbeat)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		switch {
+		case err == nil:
+			if n != nil && n.Channel == l.channel {
+				l.notes.Add(1)
+				l.signal()
+			}
+			continue
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case wctx.Err() != nil && !conn.IsClosed():
+			pctx, cancel := context.WithTimeout(ctx, l.heartbeat)
+			err = conn.Ping(pctx)
+			cancel()
+			if err == nil {
+				continue
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("no answer to the heartbeat: %w", err)
+		}
+		return err
+	}
+}

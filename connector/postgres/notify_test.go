@@ -1,0 +1,301 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tidemark/tidemark/connector/postgres"
+	"github.com/tidemark/tidemark/test/harness"
+)
+
+// listen starts a Listener on channel for db, closed at cleanup, and takes
+// the wake-up it sends on start.
+func listen(t *testing.T, db *harness.DB, lc postgres.ListenConfig) *postgres.Listener {
+	t.Helper()
+	l, err := postgres.Listen(context.Background(), postgres.Config{DSN: db.URL}, lc)
+	if err != nil {
+		t.Fatalf("Listen: %v", err)
+	}
+	t.Cleanup(l.Close)
+	if !woke(l, 5*time.Second) {
+		t.Fatal("no wake-up on start")
+	}
+	return l
+}
+
+// woke waits up to d for a wake-up.
+func woke(l *postgres.Listener, d time.Duration) bool {
+	select {
+	case <-l.Wake():
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+func notify(t *testing.T, db *harness.DB, channel string) {
+	t.Helper()
+	if _, err := db.Pool.Exec(context.Background(), "SELECT pg_notify($1, '')", channel); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitFor polls cond every 10 ms for up to d.
+func waitFor(d time.Duration, cond func() bool) bool {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}
+
+// TestListenerCoalesces: twenty notifications, each committed on its own,
+// that arrive while nobody reads make one wake-up, not twenty.
+func TestListenerCoalesces(t *testing.T) {
+	db := harness.NewDB(t)
+	l := listen(t, db, postgres.ListenConfig{Channel: "coalesce"})
+	for range 20 {
+		notify(t, db, "coalesce")
+	}
+	notify(t, db, "another_channel")
+	if !waitFor(10*time.Second, func() bool { return l.Notifications() == 20 }) {
+		t.Fatalf("received %d notifications, want 20", l.Notifications())
+	}
+	if !woke(l, time.Second) {
+		t.Fatal("no wake-up after 20 notifications")
+	}
+	if woke(l, 200*time.Millisecond) {
+		t.Fatal("a second wake-up for notifications that all arrived before the first was read")
+	}
+	notify(t, db, "coalesce")
+	if !woke(l, 5*time.Second) {
+		t.Fatal("no wake-up for a notification after the first was read")
+	}
+}
+
+// TestListenerReconnects: the listening backend terminated with
+// pg_terminate_backend comes back on a new backend, sends one wake-up
+// without any notification (a pass follows), and notifications work again.
+func TestListenerReconnects(t *testing.T) {
+	db := harness.NewDB(t)
+	l := listen(t, db, postgres.ListenConfig{Channel: "reconnect"})
+	for round := 1; round <= 2; round++ {
+		pid := l.PID()
+		if pid == 0 {
+			t.Fatal("no listening backend")
+		}
+		var ok bool
+		if err := db.Pool.QueryRow(context.Background(), "SELECT pg_terminate_backend($1)", int64(pid)).Scan(&ok); err != nil || !ok {
+			t.Fatalf("pg_terminate_backend(%d): %v %v", pid, ok, err)
+		}
+		if !woke(l, 10*time.Second) {
+			t.Fatalf("round %d: no wake-up within 10s of the listening backend's termination", round)
+		}
+		if got := l.PID(); got == 0 || got == pid {
+			t.Fatalf("round %d: listening backend %d after the termination of %d", round, got, pid)
+		}
+		if got := l.Reconnects(); got != int64(round) {
+			t.Errorf("round %d: %d reconnections", round, got)
+		}
+		notify(t, db, "reconnect")
+		if !woke(l, 5*time.Second) {
+			t.Fatalf("round %d: a notification after the reconnection woke nothing", round)
+		}
+	}
+}
+
+// TestListenerHeartbeat: a connection checked by heartbeats many times
+// over (each a timed-out wait and a round trip) still delivers.
+func TestListenerHeartbeat(t *testing.T) {
+	db := harness.NewDB(t)
+	l := listen(t, db, postgres.ListenConfig{Channel: "heartbeat", Heartbeat: 20 * time.Millisecond})
+	pid := l.PID()
+	for range 5 {
+		time.Sleep(100 * time.Millisecond)
+		notify(t, db, "heartbeat")
+		if !woke(l, 5*time.Second) {
+			t.Fatal("no wake-up for a notification between heartbeats")
+		}
+	}
+	if l.PID() != pid || l.Reconnects() != 0 {
+		t.Errorf("the heartbeats replaced the connection: backend %d -> %d, %d reconnections", pid, l.PID(), l.Reconnects())
+	}
+}
+
+// TestListenerStops: cancelling the context ends the listener and its
+// backend.
+func TestListenerStops(t *testing.T) {
+	db := harness.NewDB(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	l, err := postgres.Listen(ctx, postgres.Config{DSN: db.URL}, postgres.ListenConfig{Channel: "stops"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := l.PID()
+	cancel()
+	done := make(chan struct{})
+	go func() { l.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not return within 5s of the cancel")
+	}
+	if !waitFor(5*time.Second, func() bool {
+		var n int
+		_ = db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", int64(pid)).Scan(&n)
+		return n == 0
+	}) {
+		t.Errorf("backend %d still there after the listener stopped", pid)
+	}
+}
+
+// TestListenRefusesBadChannels: channel names that cannot be listened on
+// as given are refused with a message that says why.
+func TestListenRefusesBadChannels(t *testing.T) {
+	for ch, want := range map[string]string{
+		"":                           "empty",
+		strings.Repeat("c", 64):      "at most 63 bytes",
+		"line\nbreak":                "control character",
+		"nul\x00":                    "control character",
+		"bad utf8 \xff":              "UTF-8",
+		"esc \x1b[31m red":           "control character",
+		strings.Repeat("é", 31) + "": "", // 62 bytes: fine
+	} {
+		err := postgres.CheckChannel(ch)
+		if want == "" {
+			if err != nil {
+				t.Errorf("%q refused: %v", ch, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: error %v, want one saying %q", ch, err, want)
+		}
+		if _, err := postgres.Listen(context.Background(), postgres.Config{DSN: "postgres://127.0.0.1:1/x"}, postgres.ListenConfig{Channel: ch}); !errors.Is(err, postgres.ErrBadConfig) {
+			t.Errorf("Listen(%q): %v, want ErrBadConfig", ch, err)
+		}
+	}
+}
+
+// TestNotifySQLHostileNames: the printed SQL installs on tables whose
+// names hold quotes, dollar quotes, spaces and a line break followed by
+// SQL, for a channel that holds quotes, a backslash, a dollar-quote tag
+// and SQL; the trigger then notifies exactly that channel, nothing else
+// runs, and the removal statements remove it.
+func TestNotifySQLHostileNames(t *testing.T) {
+	db := harness.NewDB(t)
+	ctx := context.Background()
+	db.Exec(t, `CREATE TABLE canary (x int)`)
+	for i, table := range []string{
+		`we"ird ta'ble $$ $tidemark$`,
+		"x\nDROP TABLE canary; --",
+		"y\rDROP TABLE canary; --", // PostgreSQL ends a -- comment at \r too
+		strings.Repeat("long name é", 6), // the function name is cut and digested
+	} {
+		// With a backslash the literal takes the E'...' form; without one
+		// the plain form. Both hold what would end a naive quote or tag.
+		channel := `ch'an"nel $tidemark$ \'); DROP TABLE canary; --`
+		if i%2 == 1 {
+			channel = `it's $$ $tidemark$ '); DROP TABLE canary; --`
+		}
+		ident := pgx.Identifier{db.Schema, table}.Sanitize()
+		db.Exec(t, `CREATE TABLE `+ident+` (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL DEFAULT now(), v text)`)
+		st, err := postgres.NotifySQL(db.Schema, table, channel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Pool.Exec(ctx, st.Install); err != nil {
+			t.Fatalf("table %q: the printed SQL does not install: %v\n%s", table, err, st.Install)
+		}
+		// Installing twice replaces, it does not fail; and the literal
+		// means the same with standard_conforming_strings off.
+		if _, err := db.Pool.Exec(ctx, "SET standard_conforming_strings = off;\n"+st.Install+"RESET standard_conforming_strings;"); err != nil {
+			t.Fatalf("table %q: installing again, with standard_conforming_strings off: %v", table, err)
+		}
+		src := open(t, postgres.Config{DSN: db.URL, Schema: db.Schema, Table: table})
+		fs, err := src.CheckNotify(ctx, channel)
+		if err != nil || len(fs) != 1 || fs[0].Severity != postgres.OK || !strings.Contains(fs[0].Message, "statement-level") {
+			t.Errorf("table %q: CheckNotify after the install: %v %v", table, fs, err)
+		}
+		l := listen(t, db, postgres.ListenConfig{Channel: channel})
+		// The writer's session reads the function body with its own
+		// standard_conforming_strings: off, a backslash escapes in a
+		// plain literal, which the E'...' form survives.
+		wc, err := pgx.ParseConfig(db.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wc.RuntimeParams["standard_conforming_strings"] = "off"
+		writer, err := pgx.ConnectConfig(ctx, wc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer writer.Close(ctx)
+		for i, stmt := range []string{
+			`INSERT INTO ` + ident + ` (id, v) VALUES (1, 'a'), (2, 'b')`,
+			`UPDATE ` + ident + ` SET v = 'c'`,
+			`DELETE FROM ` + ident + ` WHERE id = 1`,
+			`UPDATE ` + ident + ` SET v = 'd' WHERE false`, // a statement-level trigger fires for no rows too
+		} {
+			if _, err := writer.Exec(ctx, stmt); err != nil {
+				t.Fatalf("table %q: %s: %v", table, stmt, err)
+			}
+			if !woke(l, 5*time.Second) {
+				t.Fatalf("table %q: statement %d (%s) woke nothing", table, i, stmt)
+			}
+		}
+		if !waitFor(5*time.Second, func() bool { return l.Notifications() == 4 }) {
+			t.Errorf("table %q: %d notifications for 4 statements", table, l.Notifications())
+		}
+		if _, err := db.Pool.Exec(ctx, st.Remove); err != nil {
+			t.Fatalf("table %q: the removal statements fail: %v\n%s", table, err, st.Remove)
+		}
+		db.Exec(t, `INSERT INTO `+ident+` (id) VALUES (3)`)
+		if woke(l, 300*time.Millisecond) {
+			t.Errorf("table %q: a notification after the removal", table)
+		}
+		fs, err = src.CheckNotify(ctx, channel)
+		if err != nil || len(fs) != 1 || fs[0].Severity != postgres.Warn || !strings.Contains(fs[0].Message, "--print-notify-sql") {
+			t.Errorf("table %q: CheckNotify after the removal: %v %v", table, fs, err)
+		}
+	}
+	var n int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM canary`).Scan(&n); err != nil {
+		t.Fatalf("the canary table is gone: %v", err)
+	}
+	if _, err := postgres.NotifySQL(db.Schema, "t", "bad\nchannel"); !errors.Is(err, postgres.ErrBadConfig) || !strings.Contains(err.Error(), "control character") {
+		t.Errorf("a channel with a line break: %v", err)
+	}
+}
+
+// TestCheckNotifyDisabledAndPartial: a disabled trigger, and one that
+// misses DELETE, are warned about.
+func TestCheckNotifyDisabledAndPartial(t *testing.T) {
+	db := harness.NewDB(t)
+	ctx := context.Background()
+	db.Exec(t, `CREATE TABLE items (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)`)
+	st, err := postgres.NotifySQL(db.Schema, "items", "items_changes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Exec(t, st.Install)
+	src := open(t, config(db, "items"))
+	db.Exec(t, `ALTER TABLE items DISABLE TRIGGER tidemark_notify`)
+	if fs, err := src.CheckNotify(ctx, "items_changes"); err != nil || fs[0].Severity != postgres.Warn || !strings.Contains(fs[0].Message, "disabled") {
+		t.Errorf("disabled: %v %v", fs, err)
+	}
+	db.Exec(t, `DROP TRIGGER tidemark_notify ON items`)
+	db.Exec(t, `CREATE TRIGGER mine AFTER INSERT OR UPDATE ON items FOR EACH ROW EXECUTE FUNCTION `+st.Function+`()`)
+	if fs, err := src.CheckNotify(ctx, "items_changes"); err != nil || fs[0].Severity != postgres.Warn || !strings.Contains(fs[0].Message, "not on every one") {
+		t.Errorf("no DELETE: %v %v", fs, err)
+	}
+	if fs, err := src.CheckNotify(ctx, "other"); err != nil || fs[0].Severity != postgres.Warn || !strings.Contains(fs[0].Message, "no trigger") {
+		t.Errorf("another channel: %v %v", fs, err)
+	}
+}
