@@ -195,7 +195,7 @@ func TestNotifySQLHostileNames(t *testing.T) {
 	for i, table := range []string{
 		`we"ird ta'ble $$ $tidemark$`,
 		"x\nDROP TABLE canary; --",
-		"y\rDROP TABLE canary; --", // PostgreSQL ends a -- comment at \r too
+		"y\rDROP TABLE canary; --",       // PostgreSQL ends a -- comment at \r too
 		strings.Repeat("long name é", 6), // the function name is cut and digested
 	} {
 		// With a backslash the literal takes the E'...' form; without one
