@@ -1,0 +1,184 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tidemark/tidemark/connector"
+	"github.com/tidemark/tidemark/connector/postgres"
+	"github.com/tidemark/tidemark/test/rig"
+)
+
+// passCounter counts the passes the engine starts (a page request without
+// a cursor is the first page of a pass) and can hold the first page of the
+// next pass until released.
+type passCounter struct {
+	*postgres.Source
+	mu     sync.Mutex
+	passes int
+	hold   chan struct{} // the next pass's first page waits for it to close
+}
+
+func (p *passCounter) Page(ctx context.Context, req connector.PageRequest) (connector.Page, error) {
+	if req.Cursor == "" {
+		p.mu.Lock()
+		p.passes++
+		hold := p.hold
+		p.hold = nil
+		p.mu.Unlock()
+		if hold != nil {
+			select {
+			case <-hold:
+			case <-ctx.Done():
+				return connector.Page{}, ctx.Err()
+			}
+		}
+	}
+	return p.Source.Page(ctx, req)
+}
+
+func (p *passCounter) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.passes
+}
+
+// settled waits until no pass has started for quiet, and returns the count.
+func (p *passCounter) settled(t *testing.T, quiet time.Duration) int {
+	t.Helper()
+	n, since := p.count(), time.Now()
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if m := p.count(); m != n {
+			n, since = m, time.Now()
+		}
+		if time.Since(since) >= quiet {
+			return n
+		}
+	}
+	t.Fatalf("passes kept starting for 30s (%d so far) with a poll interval of 1h", n)
+	return 0
+}
+
+// notifyWorld is the rig's items table with the trigger NotifySQL prints
+// installed, a Listener on its channel, and a continuous engine over a
+// passCounter whose wake-ups come from the listener, polling once an hour.
+type notifyWorld struct {
+	r   *rig.Rig
+	l   *postgres.Listener
+	src *passCounter
+}
+
+func newNotifyWorld(t *testing.T) *notifyWorld {
+	t.Helper()
+	r := newRig(t, "", "items")
+	st, err := postgres.NotifySQL(r.DB.Schema, "items", "items_changes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Exec(st.Install)
+	ctx, cancel := context.WithCancel(context.Background())
+	l, err := postgres.Listen(ctx, r.PG, postgres.ListenConfig{Channel: "items_changes", Logger: rig.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &notifyWorld{r: r, l: l, src: &passCounter{Source: r.Src}}
+	e := r.Engine(w.src, connector.Config{PollInterval: time.Hour, Wake: l.Wake(), MinPassGap: 20 * time.Millisecond})
+	done := make(chan error, 1)
+	go func() { _, err := e.Run(ctx, connector.Continuous); done <- err }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+		l.Close()
+	})
+	return w
+}
+
+// insert commits one row in a transaction of its own.
+func (w *notifyWorld) insert(id int) {
+	w.r.Exec(`INSERT INTO items (id, v) VALUES ($1, $2)`, id, fmt.Sprintf("v%d", id))
+}
+
+// waitPublished waits until every row of the table is in the topic.
+func (w *notifyWorld) waitPublished(t *testing.T, d time.Duration) {
+	t.Helper()
+	want := w.r.Expected()
+	for end := time.Now().Add(d); ; time.Sleep(20 * time.Millisecond) {
+		diff := rig.Diff(w.r.Fold(), want)
+		if len(diff) == 0 {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the topic differs from the table %s after the last write (poll interval 1h): %v", d, diff)
+		}
+	}
+}
+
+// TestNotifyCoalescesPasses: fifty notifications that arrive while one
+// pass runs start exactly one more pass, not fifty; every row is published.
+func TestNotifyCoalescesPasses(t *testing.T) {
+	w := newNotifyWorld(t)
+	w.src.settled(t, 500*time.Millisecond)
+	hold := make(chan struct{})
+	w.src.mu.Lock()
+	w.src.hold = hold
+	w.src.mu.Unlock()
+	before := w.src.count()
+	w.insert(1) // its notification starts a pass, which waits at its first page
+	for end := time.Now().Add(10 * time.Second); w.src.count() == before; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("a committed row's notification started no pass within 10s (poll interval 1h)")
+		}
+	}
+	held := w.src.count()
+	notes := w.l.Notifications()
+	for id := 2; id <= 51; id++ {
+		w.insert(id)
+	}
+	for end := time.Now().Add(10 * time.Second); w.l.Notifications() < notes+50; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%d of 50 notifications arrived within 10s", w.l.Notifications()-notes)
+		}
+	}
+	close(hold)
+	w.waitPublished(t, 10*time.Second)
+	after := w.src.settled(t, 500*time.Millisecond)
+	if extra := after - held; extra != 1 {
+		t.Errorf("50 notifications during one pass started %d more passes, want 1", extra)
+	}
+	rig.AssertNoDupes(t, w.r.Fold())
+}
+
+// TestNotifyListenerTerminated: the listener's backend terminated with
+// pg_terminate_backend reconnects, and a pass follows without any write
+// (it reads whatever was committed while nobody listened); a row committed
+// after that is published within seconds although the poll interval is an
+// hour.
+func TestNotifyListenerTerminated(t *testing.T) {
+	w := newNotifyWorld(t)
+	w.insert(1)
+	w.waitPublished(t, 10*time.Second)
+	for round := 1; round <= 2; round++ {
+		before := w.src.settled(t, 500*time.Millisecond)
+		pid := w.l.PID()
+		var ok bool
+		if err := w.r.DB.Pool.QueryRow(context.Background(), "SELECT pg_terminate_backend($1)", int64(pid)).Scan(&ok); err != nil || !ok {
+			t.Fatalf("pg_terminate_backend(%d): %v %v", pid, ok, err)
+		}
+		for end := time.Now().Add(10 * time.Second); w.l.PID() == 0 || w.l.PID() == pid; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("round %d: the listener did not reconnect within 10s of the termination of backend %d", round, pid)
+			}
+		}
+		if n := w.src.settled(t, 500*time.Millisecond); n != before+1 {
+			t.Fatalf("round %d: %d passes followed the reconnection, want 1", round, n-before)
+		}
+		w.insert(round + 1)
+		w.waitPublished(t, 10*time.Second)
+	}
+	rig.AssertNoDupes(t, w.r.Fold())
+}
