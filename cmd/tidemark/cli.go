@@ -42,6 +42,7 @@ type cli struct {
 	reason     string
 	by         string
 	toWM       string
+	notifySQL  bool // check --print-notify-sql (notify.go)
 
 	replicaDSN, replicaSchema, replicaTable string
 	replicaPasswordEnv, replicaPasswordFile string // verify --replica-password-*
@@ -84,6 +85,9 @@ func (a *cli) parse(cmd string, args []string) error {
 		fs.BoolVar(&a.progress, "progress", false, "print progress lines (rows/s, rows to go) even when stderr is not a terminal")
 	case "status", "check", "ledger", "sweep":
 		fs.BoolVar(&a.jsonOut, "json", false, "print JSON")
+		if cmd == "check" {
+			fs.BoolVar(&a.notifySQL, "print-notify-sql", false, "print the trigger that makes the table notify source.notify, for the table's owner to run (tidemark never creates it), and connect to nothing")
+		}
 	case "verify":
 		fs.BoolVar(&a.jsonOut, "json", false, "print the report as JSON")
 		fs.StringVar(&a.replicaTable, "replica-table", "", "compare with this replica table instead of the topic")

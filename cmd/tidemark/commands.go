@@ -77,6 +77,18 @@ func (a *cli) engine(ctx context.Context) (*connector.Engine, []kgo.Opt, error) 
 	if err := a.startup(ctx, "the source's preflight", "source", func() error { return a.preflight(ctx, src, false) }); err != nil {
 		return nil, nil, err
 	}
+	var wake <-chan struct{}
+	if a.notifying() { // source.notify (notify.go)
+		if err := a.startup(ctx, "the change notifications (LISTEN for source.notify)", "source", func() error {
+			l, err := a.listen(ctx)
+			if err == nil {
+				wake = l.Wake()
+			}
+			return err
+		}); err != nil {
+			return nil, nil, err
+		}
+	}
 	if err := a.startup(ctx, "Kafka (topics)", "kafka", func() error { return a.ensureTopics(ctx, opts, false) }); err != nil {
 		return nil, nil, err
 	}
@@ -88,6 +100,7 @@ func (a *cli) engine(ctx context.Context) (*connector.Engine, []kgo.Opt, error) 
 		return nil, nil, err
 	}
 	cfg := a.engineConfig()
+	cfg.Wake, cfg.MinPassGap = wake, a.cfg.Source.NotifyMinGap.Duration
 	cfg.Topic = fold.Topic{Opts: opts, Topic: a.cfg.Kafka.Topic}
 	cfg.Observer = a.obs.observer()
 	e, err := connector.New(cfg, src, w, a.obs.store(a.store(opts)))
@@ -126,6 +139,13 @@ func (a *cli) preflight(ctx context.Context, src connector.Source, print bool) e
 		}
 		rep.Findings = append(rep.Findings, fs...)
 	}
+	if a.cfg.Source.Notify != "" {
+		fs, err := ps.CheckNotify(ctx, a.cfg.Source.Notify) // a warning without the trigger
+		if err != nil {
+			return fmt.Errorf("preflight notify: %w", err)
+		}
+		rep.Findings = append(rep.Findings, fs...)
+	}
 	for _, f := range rep.Findings {
 		switch {
 		case print:
@@ -158,6 +178,9 @@ func (a *cli) ensureTopics(ctx context.Context, opts []kgo.Opt, print bool) erro
 
 func cmdCheck(ctx context.Context, a *cli) (err error) {
 	defer a.closeAll()
+	if a.notifySQL {
+		return a.printNotifySQL() // notify.go
+	}
 	fmt.Fprintf(a.stdout, "tidemark check: connector %q\n", a.cfg.Name)
 	if a.isPostgres() {
 		fmt.Fprintf(a.stdout, "  source: %s table %s.%s (dsn %s)\n", a.cfg.Source.Kind, a.cfg.Source.Schema, a.cfg.Source.Table, RedactDSN(a.cfg.Source.DSN))

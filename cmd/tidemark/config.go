@@ -107,6 +107,17 @@ type SourceConfig struct {
 	// every row whose record now differs, through the sweep).
 	// docs/schema-changes.md. Postgres only.
 	OnSchemaChange string `yaml:"on_schema_change"`
+	// Notify is the channel `tidemark run` LISTENs on for change
+	// notifications: one starts a pass at once instead of waiting for the
+	// poll, which stays as the safety net. The trigger that sends them is
+	// printed by `tidemark check --print-notify-sql` for the operator to
+	// install (notify.go; docs/operating.md, "Change notifications").
+	// Default "" (off). Postgres only.
+	Notify string `yaml:"notify"`
+	// NotifyMinGap is the least time between the end of a pass and a pass
+	// started by a notification: under a steady stream of writes, passes
+	// come at most this often. Default 20ms. Postgres only.
+	NotifyMinGap Duration `yaml:"notify_min_gap"`
 	// HTTP configures kind http; the endpoint URL is DSN. HTTP only.
 	HTTP HTTPSourceConfig `yaml:"http,omitempty"`
 }
@@ -337,6 +348,7 @@ var defaults = map[string]string{
 	"source.updated_at_column":  "updated_at",
 	"source.initial_load":       "moving",
 	"source.on_schema_change":   "continue",
+	"source.notify_min_gap":     "20ms",
 	"kafka.offsets_topic":       "tidemark-offsets",
 	"kafka.ledger_topic":        "tidemark-ledger",
 	"kafka.ledger_retention":    "168h",
@@ -364,6 +376,7 @@ var postgresOnly = []string{
 	"source.password_env", "source.password_file", "source.schema", "source.table",
 	"source.id_column", "source.updated_at_column", "source.deleted_at_column",
 	"source.columns", "source.filter", "source.horizon",
+	"source.notify", "source.notify_min_gap",
 }
 
 // ConfigDefault returns the default of a dotted key as it would be written in
@@ -723,6 +736,7 @@ func (c *Config) Validate() error {
 	default:
 		p.add("log.format", "%q is not a format; use auto, text or json%s", c.Log.Format, with("log.format"))
 	}
+	c.validateNotify(p) // notify.go
 	c.validateSecurity(p)
 	c.validateMetrics(p)
 	c.validateEmbedded(p)
@@ -751,6 +765,7 @@ func (c *Config) Warnings() []string {
 	if d := c.Sync.Margin.Duration; d > warnMargin && d <= maxMargin {
 		w = append(w, fmt.Sprintf("sync.margin %s is long: every pass re-reads every row changed in the last %s (deduplicated, but read)", d, d))
 	}
+	w = append(w, c.notifyWarnings()...) // notify.go
 	return w
 }
 

@@ -77,7 +77,7 @@ func TestDefaults(t *testing.T) {
 		Source: SourceConfig{
 			Kind: "postgres", DSN: "postgres://tidemark@db.example.com:5432/shop",
 			Schema: "public", Table: "orders", IDColumn: "id", UpdatedAtColumn: "updated_at",
-			InitialLoad: "moving", OnSchemaChange: "continue",
+			InitialLoad: "moving", OnSchemaChange: "continue", NotifyMinGap: Duration{20 * time.Millisecond},
 		},
 		Kafka: KafkaConfig{
 			Topic: "orders", OffsetsTopic: "tidemark-offsets", LedgerTopic: "tidemark-ledger",
@@ -190,7 +190,7 @@ func TestEveryKeySettable(t *testing.T) {
 		"source.schema": "s2", "source.table": "t2", "source.id_column": "i2",
 		"source.updated_at_column": "u2", "source.deleted_at_column": "d2",
 		"source.columns": "i2,u2,x", "source.filter": "x > 1", "source.horizon": "true",
-		"source.initial_load": "consistent", "source.on_schema_change": "republish", "kafka.brokers": "a:1,b:2", "kafka.topic": "tp",
+		"source.initial_load": "consistent", "source.on_schema_change": "republish", "source.notify": "n2_changes", "source.notify_min_gap": "35ms", "kafka.brokers": "a:1,b:2", "kafka.topic": "tp",
 		"kafka.offsets_topic": "off", "kafka.ledger_topic": "led", "kafka.ledger_retention": "48h", "kafka.partitions": "3", "kafka.replication_factor": "3",
 		"kafka.allow_non_compacted": "true", "kafka.transaction_timeout": "2m",
 		"sync.page_size": "500", "sync.margin": "30s", "sync.poll_interval": "5s",
@@ -257,7 +257,8 @@ func TestEveryKeySettable(t *testing.T) {
 			"a:1", "tp", "off", "ledger_topic: led", "ledger_retention: 48h0m0s", "partitions: 3", "replication_factor: 3", "allow_non_compacted: true",
 			"transaction_timeout: 2m0s", "page_size: 500", "margin: 30s", "poll_interval: 5s",
 			"poll_jitter: 0.5", "txn_max_records: 600", "txn_max_bytes: 1000", "txn_max_duration: 1s",
-			"dedupe_max_entries: 7", "level: debug", "format: json", "horizon: true", "password_env: PW"} {
+			"dedupe_max_entries: 7", "level: debug", "format: json", "horizon: true", "password_env: PW",
+			"notify: n2_changes", "notify_min_gap: 35ms"} {
 			if !strings.Contains(string(y), want) {
 				t.Errorf("%s: effective config lacks %q:\n%s", name, want, y)
 			}
