@@ -28,6 +28,20 @@ type Config struct {
 	// TransactionTimeout is the broker-side timeout of an open transaction;
 	// default 60s. It must exceed the engine's transaction duration bound.
 	TransactionTimeout time.Duration
+	// Compression is the codec of every produce batch; the zero value is
+	// kgo.NoCompression(). kgo sends a batch uncompressed when the codec
+	// would not make it smaller.
+	Compression kgo.CompressionCodec
+	// Linger is how long a partition's batch waits for more records before
+	// it is sent; 0 (the default) sends at once. Flush, and so every
+	// commit, does not wait for it.
+	Linger time.Duration
+	// BatchMaxBytes caps a batch of the data topic, counted before
+	// compression (a larger record fails to produce). 0, or anything above
+	// MaxBatchBytes, is MaxBatchBytes. The offsets and ledger topics always
+	// get MaxBatchBytes: dedupe-set segments and checkpoints are sized to
+	// fit it.
+	BatchMaxBytes int32
 	// Opts configure the connection (seed brokers, TLS, SASL, logger).
 	Opts []kgo.Opt
 	// Logger; default slog.Default().
@@ -89,11 +103,17 @@ func New(ctx context.Context, cfg Config) (*Writer, error) {
 		// Java-compatible murmur2 of the key bytes.
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
 		// Kafka's default max.message.bytes for every topic: a dedupe-set
-		// segment or a checkpoint always fits in one batch of it.
-		kgo.ProducerBatchMaxBytes(MaxBatchBytes),
-		kgo.ProducerBatchCompression(kgo.NoCompression()),
+		// segment or a checkpoint always fits in one batch of it. The data
+		// topic's batches may be capped lower (BatchMaxBytes).
+		kgo.ProducerBatchMaxBytesFn(func(topic string) int32 {
+			if topic == cfg.Topic && cfg.BatchMaxBytes > 0 && cfg.BatchMaxBytes < MaxBatchBytes {
+				return cfg.BatchMaxBytes
+			}
+			return MaxBatchBytes
+		}),
+		kgo.ProducerBatchCompression(cfg.Compression),
 		kgo.MaxBufferedRecords(100_000),
-		kgo.ProducerLinger(0),
+		kgo.ProducerLinger(cfg.Linger),
 	)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
