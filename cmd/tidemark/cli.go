@@ -270,12 +270,30 @@ func (a *cli) writer(ctx context.Context, opts []kgo.Opt) (*producer.Writer, err
 	w, err := producer.New(ctx, producer.Config{
 		Name: a.cfg.Name, Topic: a.cfg.Kafka.Topic, OffsetsTopic: a.cfg.Kafka.OffsetsTopic, LedgerTopic: a.ledgerTopic(),
 		TransactionTimeout: a.cfg.Kafka.TransactionTimeout.Duration, Opts: opts, Logger: a.log,
+		Compression: compressionCodec(a.cfg.Kafka.Compression), Linger: a.cfg.Kafka.Linger.Duration,
+		BatchMaxBytes: int32(min(a.cfg.Kafka.BatchMaxBytes, producer.MaxBatchBytes)),
 	})
 	if err != nil {
 		return nil, err
 	}
 	a.closers = append(a.closers, w.Close)
 	return w, nil
+}
+
+// compressionCodec is the client's codec for a kafka.compression value
+// (Validate has checked it; "" is none).
+func compressionCodec(name string) kgo.CompressionCodec {
+	switch name {
+	case "gzip":
+		return kgo.GzipCompression()
+	case "snappy":
+		return kgo.SnappyCompression()
+	case "lz4":
+		return kgo.Lz4Compression()
+	case "zstd":
+		return kgo.ZstdCompression()
+	}
+	return kgo.NoCompression()
 }
 
 func (a *cli) engineConfig() connector.Config {

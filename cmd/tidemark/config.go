@@ -24,6 +24,7 @@ import (
 
 	"github.com/tidemark/tidemark/connector/httpsrc"
 	"github.com/tidemark/tidemark/connector/postgres"
+	"github.com/tidemark/tidemark/producer"
 )
 
 // Config is tidemark's configuration. It comes from a YAML file, then
@@ -212,6 +213,22 @@ type KafkaConfig struct {
 	// and not exceed the broker's transaction.max.timeout.ms (15m by
 	// default). Default 60s.
 	TransactionTimeout Duration `yaml:"transaction_timeout"`
+	// Compression is the codec of the record batches tidemark produces:
+	// none, gzip, snappy, lz4 or zstd (the Java client's compression.type).
+	// A batch that the codec would not make smaller goes uncompressed.
+	// Default lz4 (docs/operating.md, "Producer settings").
+	Compression string `yaml:"compression"`
+	// Linger is how long a partition's batch waits for more records before
+	// it is sent (the Java client's linger.ms); a commit sends what waits at
+	// once. Default 0s, 0s..1s.
+	Linger Duration `yaml:"linger"`
+	// BatchMaxBytes caps one record batch of the data topic, counted before
+	// compression; a record larger than it cannot be produced. Default and
+	// maximum producer.MaxBatchBytes (1000012, Kafka's default
+	// max.message.bytes); the offsets and ledger topics always use that
+	// maximum. The Java mapping (batch.size, max.request.size) is in
+	// docs/operating.md, "Producer settings".
+	BatchMaxBytes int64 `yaml:"batch_max_bytes" tidemark:"bytes"`
 	// TLS and SASL secure the broker connections (security.go).
 	TLS  KafkaTLSConfig  `yaml:"tls"`
 	SASL KafkaSASLConfig `yaml:"sasl"`
@@ -355,6 +372,9 @@ var defaults = map[string]string{
 	"kafka.partitions":          "6",
 	"kafka.replication_factor":  "-1",
 	"kafka.transaction_timeout": "60s",
+	"kafka.compression":         "lz4",
+	"kafka.linger":              "0s",
+	"kafka.batch_max_bytes":     "1000012",
 	"sync.page_size":            "1000",
 	"sync.margin":               "10s",
 	"sync.poll_interval":        "1s",
@@ -681,6 +701,19 @@ func (c *Config) Validate() error {
 	if k.TransactionTimeout.Duration <= 0 {
 		p.add("kafka.transaction_timeout", "%s is out of range; use a positive duration%s", k.TransactionTimeout, with("kafka.transaction_timeout"))
 	}
+	if !slices.Contains(compressionCodecs, k.Compression) {
+		p.add("kafka.compression", "%q is not a codec; use none, gzip, snappy, lz4 or zstd (the Java client's compression.type)%s", k.Compression, with("kafka.compression"))
+	}
+	if k.Linger.Duration < 0 || k.Linger.Duration > maxLinger {
+		p.add("kafka.linger", "%s is out of range; use 0s..%s (the Java client's linger.ms): a commit sends whatever waits, so a longer linger only holds records back%s", k.Linger, maxLinger, with("kafka.linger"))
+	}
+	if k.BatchMaxBytes > producer.MaxBatchBytes {
+		p.add("kafka.batch_max_bytes", "%d is more than %d bytes, Kafka's default max.message.bytes: a larger batch can be refused by the broker (tidemark checks the offsets topic against that limit and sizes its batches to it); use %d or less%s",
+			k.BatchMaxBytes, producer.MaxBatchBytes, producer.MaxBatchBytes, with("kafka.batch_max_bytes"))
+	} else if k.BatchMaxBytes < minBatchMaxBytes {
+		p.add("kafka.batch_max_bytes", "%d is less than %d bytes: a row whose record is larger than one batch cannot be produced; use %d..%d%s",
+			k.BatchMaxBytes, minBatchMaxBytes, minBatchMaxBytes, producer.MaxBatchBytes, with("kafka.batch_max_bytes"))
+	}
 
 	y := &c.Sync
 	if y.PageSize < 1 || y.PageSize > 100000 {
@@ -750,7 +783,13 @@ const (
 	warnPollInterval = 100 * time.Millisecond
 	maxMargin        = 168 * time.Hour
 	warnMargin       = time.Hour
+	maxLinger        = time.Second
+	minBatchMaxBytes = 16 << 10
 )
+
+// compressionCodecs are the values of kafka.compression (cli.go maps them
+// to the client's codecs).
+var compressionCodecs = []string{"none", "gzip", "snappy", "lz4", "zstd"}
 
 // Warnings lists values that are allowed but unusual, each naming the key
 // and the cost; the CLI logs them at start.

@@ -83,6 +83,8 @@ func TestDefaults(t *testing.T) {
 			Topic: "orders", OffsetsTopic: "tidemark-offsets", LedgerTopic: "tidemark-ledger",
 			LedgerRetention: Duration{7 * 24 * time.Hour}, Partitions: 6, ReplicationFactor: -1,
 			TransactionTimeout: Duration{60 * time.Second},
+			Compression:        "lz4",
+			BatchMaxBytes:      1_000_012,
 		},
 		Sync: SyncConfig{
 			PageSize: 1000, Margin: Duration{10 * time.Second}, PollInterval: Duration{time.Second},
@@ -193,6 +195,7 @@ func TestEveryKeySettable(t *testing.T) {
 		"source.initial_load": "consistent", "source.on_schema_change": "republish", "source.notify": "n2_changes", "source.notify_min_gap": "35ms", "kafka.brokers": "a:1,b:2", "kafka.topic": "tp",
 		"kafka.offsets_topic": "off", "kafka.ledger_topic": "led", "kafka.ledger_retention": "48h", "kafka.partitions": "3", "kafka.replication_factor": "3",
 		"kafka.allow_non_compacted": "true", "kafka.transaction_timeout": "2m",
+		"kafka.compression": "zstd", "kafka.linger": "7ms", "kafka.batch_max_bytes": "64KiB",
 		"sync.page_size": "500", "sync.margin": "30s", "sync.poll_interval": "5s",
 		"sync.poll_jitter": "0.5", "sync.txn_max_records": "600", "sync.txn_max_bytes": "1000",
 		"sync.txn_max_duration": "1s", "sync.retry_timeout": "1h", "sync.once_retry_timeout": "3m", "sync.dedupe_max_entries": "7", "sweep.interval": "1h", "sweep.max_keys_in_memory": "1000", "log.level": "debug",
@@ -258,7 +261,8 @@ func TestEveryKeySettable(t *testing.T) {
 			"transaction_timeout: 2m0s", "page_size: 500", "margin: 30s", "poll_interval: 5s",
 			"poll_jitter: 0.5", "txn_max_records: 600", "txn_max_bytes: 1000", "txn_max_duration: 1s",
 			"dedupe_max_entries: 7", "level: debug", "format: json", "horizon: true", "password_env: PW",
-			"notify: n2_changes", "notify_min_gap: 35ms"} {
+			"notify: n2_changes", "notify_min_gap: 35ms",
+			"compression: zstd", "linger: 7ms", "batch_max_bytes: 65536"} {
 			if !strings.Contains(string(y), want) {
 				t.Errorf("%s: effective config lacks %q:\n%s", name, want, y)
 			}
