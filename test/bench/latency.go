@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark/tidemark/offsets"
 )
 
 type latencyResult struct {
@@ -24,6 +26,37 @@ type latencyResult struct {
 	poll    time.Duration
 	cpu     time.Duration // tidemark, whole continuous run
 	rssKB   int64
+	// target is the rate asked for, writers the connections that wrote.
+	target, writers int
+	// txns and records are the Kafka transactions tidemark committed and
+	// the rows it published from the first update until it stopped (the
+	// checkpoint's counters), span the time from the first update until
+	// the last one was visible.
+	txns, records int64
+	span          time.Duration
+}
+
+// tps is transactions per second over the span.
+func (l latencyResult) tps() float64 {
+	if l.span <= 0 {
+		return 0
+	}
+	return float64(l.txns) / l.span.Seconds()
+}
+
+// perTxn is records per transaction.
+func (l latencyResult) perTxn() float64 {
+	if l.txns == 0 {
+		return 0
+	}
+	return float64(l.records) / float64(l.txns)
+}
+
+// latencySpec is one latency run: the update rate, the writer connections
+// sharing it, and extra arguments of `tidemark run` (notify.go).
+type latencySpec struct {
+	rate, writers int
+	args          []string
 }
 
 func (l latencyResult) line() string {
@@ -92,7 +125,14 @@ func (t *tracker) count() (records int64, open int) {
 // o.latency, each update setting updated_at = clock_timestamp() and a
 // sequence number in attrs.seq, and measures commit -> visible.
 func (b *bench) latencyRun(ctx context.Context, table string) (latencyResult, error) {
-	res := latencyResult{poll: time.Second}
+	return b.latencyRunSpec(ctx, table, latencySpec{rate: b.opts.rate, writers: 1})
+}
+
+// latencyRunSpec is latencyRun at spec.rate updates per second, shared by
+// spec.writers connections, with spec.args added to `tidemark run`.
+func (b *bench) latencyRunSpec(ctx context.Context, table string, spec latencySpec) (latencyResult, error) {
+	spec.writers = max(spec.writers, 1)
+	res := latencyResult{poll: time.Second, target: spec.rate, writers: spec.writers}
 	var n int64
 	t := pgx.Identifier{table}.Sanitize()
 	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+t).Scan(&n); err != nil {
@@ -103,7 +143,7 @@ func (b *bench) latencyRun(ctx context.Context, table string) (latencyResult, er
 		return res, err
 	}
 	defer b.k.drop(context.WithoutCancel(ctx), r.topic, r.offsets, r.ledger)
-	p, err := b.start(r, "run")
+	p, err := b.start(r, append([]string{"run"}, spec.args...)...)
 	if err != nil {
 		return res, err
 	}
@@ -176,27 +216,46 @@ func (b *bench) latencyRun(ctx context.Context, table string) (latencyResult, er
 		time.Sleep(100 * time.Millisecond)
 	}
 	time.Sleep(2 * time.Second) // let the first pass end and the poll loop start
-
-	conn, err := b.pool.Acquire(ctx)
-	if err != nil {
-		return res, err
+	store := offsets.NewStore([]kgo.Opt{kgo.SeedBrokers(b.k.addrs...)}, r.offsets, r.name)
+	cp0, err := store.Load(ctx)
+	if err != nil || cp0 == nil {
+		return res, fmt.Errorf("checkpoint before the updates: %v (none: %t)", err, cp0 == nil)
 	}
-	defer conn.Release()
+
 	upd := "UPDATE " + t + " SET updated_at = clock_timestamp(), attrs = jsonb_set(attrs, '{seq}', to_jsonb($2::bigint)) WHERE id = $1"
-	total := int(float64(b.opts.rate) * b.opts.latency.Seconds())
+	total := int(float64(spec.rate) * b.opts.latency.Seconds())
 	ids := rand.Perm(int(n))
-	every := time.Second / time.Duration(b.opts.rate)
+	every := time.Second / time.Duration(spec.rate)
 	start := time.Now()
-	for i := range total {
-		if d := time.Until(start.Add(time.Duration(i) * every)); d > 0 {
-			time.Sleep(d)
+	// Writer w commits updates w, w+writers, ..., each at its slot in the
+	// schedule (or at once when behind it).
+	werrs := make(chan error, spec.writers)
+	for w := range spec.writers {
+		conn, err := b.pool.Acquire(ctx)
+		if err != nil {
+			return res, err
 		}
-		id := int64(ids[i%len(ids)] + 1)
-		seq := tr.add(id)
-		if _, err := conn.Exec(ctx, upd, id, seq); err != nil {
-			return res, fmt.Errorf("update: %w", err)
+		go func() {
+			defer conn.Release()
+			for i := w; i < total; i += spec.writers {
+				if d := time.Until(start.Add(time.Duration(i) * every)); d > 0 {
+					time.Sleep(d)
+				}
+				id := int64(ids[i%len(ids)] + 1)
+				seq := tr.add(id)
+				if _, err := conn.Exec(ctx, upd, id, seq); err != nil {
+					werrs <- fmt.Errorf("update: %w", err)
+					return
+				}
+				tr.committed(seq, time.Now())
+			}
+			werrs <- nil
+		}()
+	}
+	for range spec.writers {
+		if err := <-werrs; err != nil {
+			return res, err
 		}
-		tr.committed(seq, time.Now())
 	}
 	res.rate = float64(total) / time.Since(start).Seconds()
 	res.updates = total
@@ -212,6 +271,12 @@ func (b *bench) latencyRun(ctx context.Context, table string) (latencyResult, er
 	wg.Wait()
 	p.stop(30 * time.Second)
 	res.cpu, res.rssKB = p.rusage()
+	cp1, err := store.Load(ctx)
+	if err != nil || cp1 == nil {
+		return res, fmt.Errorf("checkpoint after the updates: %v (none: %t)", err, cp1 == nil)
+	}
+	res.txns = cp1.Counters.Transactions - cp0.Counters.Transactions
+	res.records = cp1.Counters.Published - cp0.Counters.Published
 
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
@@ -219,6 +284,7 @@ func (b *bench) latencyRun(ctx context.Context, table string) (latencyResult, er
 	for _, w := range tr.writes {
 		if !w.visible.IsZero() {
 			lat = append(lat, max(w.visible.Sub(w.committed), 0))
+			res.span = max(res.span, w.visible.Sub(start))
 		}
 	}
 	res.seen = len(lat)

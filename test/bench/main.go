@@ -15,6 +15,9 @@
 //   - incremental latency: 1,000 updates/s for 30 s while tidemark runs
 //     continuously with a 1 s poll, commit in PostgreSQL -> visible to a
 //     read_committed consumer;
+//   - the same with source.notify (notify.go) at 1,000 and 10,000
+//     updates/s: p50/p99, Kafka transactions per second, records per
+//     transaction;
 //   - page cost with depth from EXPLAIN (ANALYZE, BUFFERS): the keyset page
 //     query next to LIMIT/OFFSET at the start, middle and end;
 //   - peak RSS of tidemark at 100k, 1M (and BENCH_ROWS) rows;
@@ -66,6 +69,9 @@ type options struct {
 	profileOnly bool
 	// noWindow skips the bulk-update scenario.
 	noWindow bool
+	// notifyOnly loads the table and runs only the source.notify latency
+	// runs, printing their lines instead of writing the report.
+	notifyOnly bool
 }
 
 func main() {
@@ -85,6 +91,7 @@ func run() int {
 	flag.BoolVar(&o.profile, "profile", true, "profile an in-process initial load (CPU and allocations)")
 	flag.BoolVar(&o.profileOnly, "profile-only", false, "only profile an in-process initial load and print the tops (no report)")
 	flag.BoolVar(&o.noWindow, "no-window", false, "skip the bulk-update (window) scenario")
+	flag.BoolVar(&o.notifyOnly, "notify-only", false, "only run the source.notify latency runs on the -rows table and print them (no report)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configs, logs, profiles)")
 	flag.DurationVar(&o.deadline, "deadline", 20*time.Minute, "hard limit for the whole run")
 	flag.Parse()
@@ -187,6 +194,11 @@ func (b *bench) run(ctx context.Context) error {
 	if b.res.table, err = createTable(ctx, b.pool, main, o.rows); err != nil {
 		return err
 	}
+	if o.notifyOnly {
+		step(fmt.Sprintf("incremental latency with source.notify: %v updates/s for %s each", notifyRates, o.latency))
+		_, err := b.notifyRuns(ctx, main)
+		return err
+	}
 	if o.profileOnly {
 		step("profile: in-process initial load with runtime/pprof")
 		p, err := b.profileLoad(ctx, main, o.rows)
@@ -262,6 +274,10 @@ func (b *bench) run(ctx context.Context) error {
 		return fmt.Errorf("latency: %w", err)
 	}
 	fmt.Printf("      %s\n", b.res.latency.line())
+	step(fmt.Sprintf("incremental latency with source.notify: %v updates/s for %s each, poll_interval 1s", notifyRates, o.latency))
+	if b.res.notify, err = b.notifyRuns(ctx, small); err != nil {
+		return fmt.Errorf("notify latency: %w", err)
+	}
 
 	if o.profile {
 		step("profile: in-process initial load with runtime/pprof")

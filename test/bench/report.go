@@ -28,6 +28,7 @@ type results struct {
 	settings []pairResult
 	scale    []scalePoint
 	latency  latencyResult
+	notify   []latencyResult // with source.notify (notify.go)
 	window   windowResult
 	profile  profileResult
 	elapsed  time.Duration
@@ -155,6 +156,7 @@ func (r *results) render(o options) string {
 		per1M(mp.base.selfCPU, mp.base.rows), per1M(mp.base.pgCPU, mp.base.rows))
 	fmt.Fprintf(&b, "| incremental latency, commit -> visible read_committed (%d updates at %.0f/s, poll 1s) | p50 %s, p99 %s, max %s; %d/%d seen | p99 <= %s | %s |\n",
 		r.latency.updates, r.latency.rate, ms(r.latency.p50), ms(r.latency.p99), ms(r.latency.max), r.latency.seen, r.latency.updates, 2*r.latency.poll, verdict(p99ok))
+	r.notifySummary(&b) // notify.go
 	fmt.Fprintf(&b, "| page cost with depth (1000-row page, EXPLAIN ANALYZE) | %s; %s | flat | %s |\n", keyFlat, offGrow, verdict(flat))
 	fmt.Fprintf(&b, "| peak RSS of tidemark | %s | < 150 MiB, flat in N | %s |\n", strings.Join(rssLine, ", "), verdict(rssMax < 150*1024 && !grows))
 	fmt.Fprintf(&b, "\n")
@@ -182,6 +184,8 @@ func (r *results) render(o options) string {
 	fmt.Fprintf(&b, "tidemark runs continuously (`tidemark run`, default settings, poll_interval 1s with the default 0.2 jitter) on the %s-row table after its initial load; one writer connection updates distinct random rows, each UPDATE setting updated_at = clock_timestamp() and attrs.seq = a sequence number, and notes the time its commit returned; a read_committed consumer in the bench process notes when each sequence number appears (key + attrs.seq).\n\n", rowsLabel(r.scale[0].rows))
 	fmt.Fprintf(&b, "| updates | rate | visible | p50 | p99 | max | tidemark CPU s | peak RSS MiB |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	fmt.Fprintf(&b, "| %d | %.0f/s | %d | %s | %s | %s | %.1f | %s |\n\n", l.updates, l.rate, l.seen, ms(l.p50), ms(l.p99), ms(l.max), l.cpu.Seconds(), mib(l.rssKB))
+
+	r.renderNotify(&b) // notify.go
 
 	// Pages.
 	fmt.Fprintf(&b, "## Page cost with depth\n\n")
