@@ -56,7 +56,9 @@ func TestCLIProducerSettingsExit2(t *testing.T) {
 	for _, tc := range badProducerSettings {
 		t.Run(tc.set, func(t *testing.T) {
 			key, _, _ := strings.Cut(tc.set, "=")
-			code, out, errOut := edgeCLI(t, nil, "run", "--once", "--config", cfg, "--set", tc.set)
+			// Were the value let through, the run would fail on the
+			// unreachable database after 1s instead, with exit 1.
+			code, out, errOut := edgeCLI(t, nil, "run", "--once", "--config", cfg, "--set", "sync.once_retry_timeout=1s", "--set", tc.set)
 			if code != exitConfig {
 				t.Fatalf("exit %d, want %d\n%s\n%s", code, exitConfig, out, errOut)
 			}
