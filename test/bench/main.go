@@ -18,6 +18,9 @@
 //   - the same with source.notify (notify.go) at 1,000 and 10,000
 //     updates/s: p50/p99, Kafka transactions per second, records per
 //     transaction;
+//   - bytes on the wire: initial loads with kafka.compression none, lz4,
+//     zstd and snappy (compression.go): rows/s and bytes per record on the
+//     broker;
 //   - page cost with depth from EXPLAIN (ANALYZE, BUFFERS): the keyset page
 //     query next to LIMIT/OFFSET at the start, middle and end;
 //   - peak RSS of tidemark at 100k, 1M (and BENCH_ROWS) rows;
@@ -72,6 +75,9 @@ type options struct {
 	// notifyOnly loads the table and runs only the source.notify latency
 	// runs, printing their lines instead of writing the report.
 	notifyOnly bool
+	// compressionOnly loads the table and runs only the kafka.compression
+	// loads (compression.go), printing their lines instead of the report.
+	compressionOnly bool
 }
 
 func main() {
@@ -92,6 +98,7 @@ func run() int {
 	flag.BoolVar(&o.profileOnly, "profile-only", false, "only profile an in-process initial load and print the tops (no report)")
 	flag.BoolVar(&o.noWindow, "no-window", false, "skip the bulk-update (window) scenario")
 	flag.BoolVar(&o.notifyOnly, "notify-only", false, "only run the source.notify latency runs on the -rows table and print them (no report)")
+	flag.BoolVar(&o.compressionOnly, "compression-only", false, "only run the kafka.compression initial loads on the -rows table (-pairs rounds) and print them (no report)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configs, logs, profiles)")
 	flag.DurationVar(&o.deadline, "deadline", 20*time.Minute, "hard limit for the whole run")
 	flag.Parse()
@@ -199,6 +206,11 @@ func (b *bench) run(ctx context.Context) error {
 		_, err := b.notifyRuns(ctx, main)
 		return err
 	}
+	if o.compressionOnly {
+		step(fmt.Sprintf("initial load by kafka.compression %v: %d rounds", benchCodecs, o.pairs))
+		_, err := b.codecLoads(ctx, main, o.rows, o.pairs)
+		return err
+	}
 	if o.profileOnly {
 		step("profile: in-process initial load with runtime/pprof")
 		p, err := b.profileLoad(ctx, main, o.rows)
@@ -250,6 +262,11 @@ func (b *bench) run(ctx context.Context) error {
 			return fmt.Errorf("txn_max_records %d: %w", txn, err)
 		}
 		b.res.settings = append(b.res.settings, p)
+	}
+
+	step(fmt.Sprintf("initial load by kafka.compression %v: %d rounds", benchCodecs, o.pairs))
+	if b.res.compression, err = b.codecLoads(ctx, main, o.rows, o.pairs); err != nil {
+		return fmt.Errorf("compression: %w", err)
 	}
 
 	step("memory with scale")

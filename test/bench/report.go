@@ -32,6 +32,8 @@ type results struct {
 	window   windowResult
 	profile  profileResult
 	elapsed  time.Duration
+
+	compression compressionResult // by kafka.compression (compression.go)
 }
 
 func median(v []float64) float64 {
@@ -150,6 +152,7 @@ func (r *results) render(o options) string {
 	for _, p := range r.settings {
 		fmt.Fprintf(&b, "| ratio with sync.txn_max_records %d (1 pair) | %.2f (%.0f rows/s) | | |\n", p.txn, p.ratio(), p.tm.rowsPerSec())
 	}
+	r.compressionSummary(&b) // compression.go
 	fmt.Fprintf(&b, "| CPU per 1M rows, default (median pair): tidemark / PostgreSQL / broker | %.1f s / %.1f s / %.1f s | | |\n",
 		per1M(mp.tm.selfCPU, mp.tm.rows), per1M(mp.tm.pgCPU, mp.tm.rows), per1M(mp.tm.brkCPU, mp.tm.rows))
 	fmt.Fprintf(&b, "| CPU per 1M rows, baseline (same pair): client+broker / PostgreSQL | %.1f s / %.1f s | | |\n",
@@ -177,6 +180,8 @@ func (r *results) render(o options) string {
 			p.tm.pgCPU.Seconds(), p.tm.brkCPU.Seconds(), p.tm.cpuPerRow()*1e6, p.tm.otherCPU.Seconds(), mib(p.tm.maxRSSKB), p.tm.txns, p.ratio())
 	}
 	fmt.Fprintf(&b, "\n")
+
+	r.renderCompression(&b) // compression.go
 
 	// Latency.
 	l := r.latency
