@@ -3,7 +3,9 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -108,6 +110,59 @@ func TestListenerReconnects(t *testing.T) {
 			t.Fatalf("round %d: a notification after the reconnection woke nothing", round)
 		}
 	}
+}
+
+// TestListenerSurvivesRestart: the server stopped for a while and started
+// again: the listener logs the loss and each failed attempt, comes back
+// once the server does, logs that, sends one wake-up and delivers again.
+func TestListenerSurvivesRestart(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	db := harness.NewDBOn(t, pg)
+	var logs syncLog
+	l := listen(t, db, postgres.ListenConfig{Channel: "restart", MaxBackoff: 500 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	pid := l.PID()
+	pg.StopServer(t)
+	time.Sleep(1500 * time.Millisecond) // some attempts fail meanwhile
+	if woke(l, 50*time.Millisecond) {
+		t.Fatal("a wake-up while the server is down")
+	}
+	pg.StartServer(t)
+	if !woke(l, 30*time.Second) {
+		t.Fatalf("no wake-up within 30s of the server's start\n%s", logs.String())
+	}
+	if l.PID() == 0 || l.PID() == pid || l.Reconnects() != 1 {
+		t.Errorf("backend %d -> %d, %d reconnections", pid, l.PID(), l.Reconnects())
+	}
+	notify(t, db, "restart")
+	if !woke(l, 5*time.Second) {
+		t.Fatal("a notification after the restart woke nothing")
+	}
+	out := logs.String()
+	t.Log(out)
+	for _, want := range []string{"LISTEN connection was lost", "reconnecting failed", "LISTEN re-established"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the log does not say %q:\n%s", want, out)
+		}
+	}
+}
+
+// syncLog is a log destination safe for the listener's goroutine.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncLog) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncLog) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // TestListenerHeartbeat: a connection checked by heartbeats many times
@@ -297,5 +352,25 @@ func TestCheckNotifyDisabledAndPartial(t *testing.T) {
 	}
 	if fs, err := src.CheckNotify(ctx, "other"); err != nil || fs[0].Severity != postgres.Warn || !strings.Contains(fs[0].Message, "no trigger") {
 		t.Errorf("another channel: %v %v", fs, err)
+	}
+}
+
+// TestListenErrorsHideThePassword: what Listen returns for a server that
+// does not answer, or a DSN that does not parse, never holds the password.
+func TestListenErrorsHideThePassword(t *testing.T) {
+	const pw = "Sup3r-S3cret-pw"
+	for _, dsn := range []string{
+		"postgres://u:" + pw + "@127.0.0.1:1/d?connect_timeout=2",
+		"postgres://u:" + pw + "@x@127.0.0.1:1/d",
+		"host=127.0.0.1 port=1 user=u password = " + pw + " dbname=d connect_timeout=2",
+	} {
+		_, err := postgres.Listen(context.Background(), postgres.Config{DSN: dsn}, postgres.ListenConfig{Channel: "c"})
+		if err == nil || strings.Contains(err.Error(), pw) {
+			t.Errorf("Listen error %v: want an error without the password", err)
+		}
+	}
+	_, err := postgres.Listen(context.Background(), postgres.Config{DSN: "postgres://u@127.0.0.1:1/d?connect_timeout=2", Password: pw}, postgres.ListenConfig{Channel: "c"})
+	if err == nil || strings.Contains(err.Error(), pw) {
+		t.Errorf("Listen error %v: want an error without the password", err)
 	}
 }
