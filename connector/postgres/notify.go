@@ -23,6 +23,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -334,6 +335,10 @@ func (l *Listener) connect(ctx context.Context) (*pgx.Conn, error) {
 	}
 	if _, err := conn.Exec(ctx, "LISTEN "+quote(l.channel)); err != nil {
 		closeConn(conn)
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "25006" { // read_only_sql_transaction: a standby
+			return nil, fmt.Errorf("%w: the server refuses LISTEN (%s): a standby cannot listen, notifications are not replicated; connect to the primary, or turn notifications off", ErrBadConfig, pe.Message)
+		}
 		return nil, fmt.Errorf("LISTEN: %w", err)
 	}
 	l.pid.Store(conn.PgConn().PID())
