@@ -11,15 +11,27 @@ import (
 )
 
 // killAfterCommits starts `tidemark run` and kills it with SIGKILL once it
-// has logged at least n more commits than it had at the start (a random n
-// in [1, max]), or when it is waiting for the next poll; it returns whether
-// the kill landed mid-stream.
+// has logged n commits (a random n in [1, max]), or once it has committed
+// the end of a pass (phase idle), or when it has been running for two
+// seconds without a commit (the work was done by an earlier run; every
+// pass since skips what it re-reads): the kill then lands between passes.
 func (w *world) killAfterCommits(t *testing.T, rng *rand.Rand, max int, args ...string) {
 	t.Helper()
 	p := w.start(nil, append([]string{"run", "--config", w.config()}, args...)...)
 	want := 1 + rng.IntN(max)
 	deadline := time.Now().Add(60 * time.Second)
-	for strings.Count(p.stderr.String(), `"msg":"committed"`) < want {
+	commits, since := 0, time.Now()
+	for {
+		out := p.stderr.String()
+		if n := strings.Count(out, `"msg":"committed"`); n != commits {
+			commits, since = n, time.Now()
+		}
+		if commits >= want || strings.Contains(out, `"phase":"idle"`) {
+			break
+		}
+		if strings.Contains(out, `"msg":"run started"`) && time.Since(since) > 2*time.Second {
+			break
+		}
 		if !p.running() {
 			t.Fatalf("tidemark exited %d before the kill; stderr tail:\n%s", p.code, tail(p.stderr.String(), 4000))
 		}
