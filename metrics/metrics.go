@@ -168,6 +168,21 @@ func New(cfg Config) *Metrics {
 // runtime and process collectors.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
+// ObserveNotify exports the counters of the change-notification listener
+// (source.notify): notifications received and connections re-established.
+// Call it at most once.
+func (m *Metrics) ObserveNotify(notifications, reconnects func() int64) {
+	r := prometheus.WrapRegistererWith(prometheus.Labels{"connector": m.cfg.Connector}, m.reg)
+	r.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: Namespace, Name: "notify_notifications_total",
+			Help: "Change notifications received on source.notify's channel (each wakes the engine; wake-ups coalesce)."},
+			func() float64 { return float64(notifications()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: Namespace, Name: "notify_reconnects_total",
+			Help: "Times the LISTEN connection was lost and re-established (each followed by a pass)."},
+			func() float64 { return float64(reconnects()) }),
+	)
+}
+
 // ObserveSchemaChange implements connector.SchemaObserver.
 func (m *Metrics) ObserveSchemaChange() { m.schemaChanges.Inc() }
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -255,5 +256,22 @@ func TestServer(t *testing.T) {
 	}
 	if err := srv.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestNotifySeries(t *testing.T) {
+	m := metrics.New(metrics.Config{Connector: "c"})
+	var notes, again atomic.Int64
+	m.ObserveNotify(notes.Load, again.Load)
+	notes.Add(7)
+	again.Add(2)
+	got := gather(t, m)
+	for name, want := range map[string]float64{
+		"tidemark_notify_notifications_total": 7,
+		"tidemark_notify_reconnects_total":    2,
+	} {
+		if got[name] != want {
+			t.Errorf("%s = %v, want %v", name, got[name], want)
+		}
 	}
 }

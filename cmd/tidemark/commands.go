@@ -83,6 +83,9 @@ func (a *cli) engine(ctx context.Context) (*connector.Engine, []kgo.Opt, error) 
 			l, err := a.listen(ctx)
 			if err == nil {
 				wake = l.Wake()
+				if a.obs.metrics != nil {
+					a.obs.metrics.ObserveNotify(l.Notifications, l.Reconnects)
+				}
 			}
 			return err
 		}); err != nil {

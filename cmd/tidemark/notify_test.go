@@ -54,6 +54,7 @@ func TestCLINotifyWakesRun(t *testing.T) {
 		t.Errorf("check with the trigger: exit %d, want 0 and an ok notify line\n%s\n%s", code, out, errOut)
 	}
 
+	addr := freeAddr(t)
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
@@ -64,7 +65,7 @@ func TestCLINotifyWakesRun(t *testing.T) {
 	var stderr syncBuffer
 	go func() {
 		var o syncBuffer
-		code := run(rctx, []string{"run", "--config", cfg, "--sync.poll_interval", "1h", "--log.level", "info"}, &o, &stderr)
+		code := run(rctx, []string{"run", "--config", cfg, "--sync.poll_interval", "1h", "--log.level", "info", "--metrics.listen", addr}, &o, &stderr)
 		done <- result{code, o.String(), stderr.String()}
 	}()
 	has := func(key string) bool {
@@ -93,6 +94,16 @@ func TestCLINotifyWakesRun(t *testing.T) {
 		took = append(took, waitKey(fmt.Sprint(id), time.Second))
 	}
 	t.Logf("commit -> in the topic, poll interval 1h: %v", took)
+	_, body, err := httpGet("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := sample(body, "tidemark_notify_notifications_total"); !ok || v < 5 {
+		t.Errorf("tidemark_notify_notifications_total = %v (present %v), want at least 5 (one per insert)", v, ok)
+	}
+	if _, ok := sample(body, "tidemark_notify_reconnects_total"); !ok {
+		t.Error("no tidemark_notify_reconnects_total")
+	}
 	cancel()
 	r := <-done
 	w.noSecret("run", r.out, r.err)
