@@ -95,7 +95,7 @@ func (l *Ledger) Audit(ctx context.Context, cp *schemas.Checkpoint) error {
 		return stop(fmt.Sprintf("there is no checkpoint, but the ledger shows committed transactions up to seq %d (run %s at %s): the checkpoint was lost",
 			last.Seq, last.RunID, last.At))
 	case last.Seq > cp.Seq:
-		return stop(fmt.Sprintf("the checkpoint (seq %d) is behind the ledger (seq %d committed by run %s at %s)", cp.Seq, last.Seq, last.RunID, last.At))
+		return &aheadError{stop(fmt.Sprintf("the checkpoint (seq %d) is behind the ledger (seq %d committed by run %s at %s)", cp.Seq, last.Seq, last.RunID, last.At))}
 	case last.Seq < cp.Seq:
 		return stop(fmt.Sprintf("the checkpoint (seq %d) has no ledger entry; the ledger ends at seq %d", cp.Seq, last.Seq))
 	case last.NextCursor != cp.Cursor:
@@ -105,6 +105,16 @@ func (l *Ledger) Audit(ctx context.Context, cp *schemas.Checkpoint) error {
 	}
 	return nil
 }
+
+// errLedgerAhead marks the audit's finding that the ledger holds a later
+// committed transaction than the checkpoint (see Store.Load).
+var errLedgerAhead = errors.New("the ledger is ahead of the checkpoint")
+
+// aheadError is that finding: a *connector.StopError that also matches
+// errLedgerAhead.
+type aheadError struct{ error }
+
+func (e *aheadError) Unwrap() []error { return []error{e.error, errLedgerAhead} }
 
 func stop(reason string) error {
 	return &connector.StopError{

@@ -43,16 +43,32 @@ func (s *Store) FailClosed(ledger *Ledger, dataTopic string) *Store {
 // has none. Only committed records are read (read_committed). With
 // FailClosed it also audits the checkpoint against the ledger and refuses a
 // missing checkpoint that evidence says should exist (a *connector.StopError).
+//
+// The checkpoint and the ledger are read one after the other, so a writer
+// that commits in between (another instance, about to be fenced or having
+// just fenced this one) leaves the ledger ahead of the checkpoint read.
+// Load then reads both again, a few times, before it calls the ledger's
+// lead a lost checkpoint.
 func (s *Store) Load(ctx context.Context) (*schemas.Checkpoint, error) {
 	ctx = noViewWait(ctx)
-	cp, err := s.latest(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if s.ledger != nil {
-		if err := s.ledger.Audit(ctx, cp); err != nil {
+	var cp *schemas.Checkpoint
+	for attempt := 1; ; attempt++ {
+		var err error
+		if cp, err = s.latest(ctx); err != nil {
 			return nil, err
 		}
+		if s.ledger == nil {
+			break
+		}
+		afterCheckpointRead()
+		err = s.ledger.Audit(ctx, cp)
+		if errors.Is(err, errLedgerAhead) && attempt < loadAttempts {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		break
 	}
 	if cp == nil && s.dataTopic != "" {
 		if err := s.noRecordsOfOurs(ctx); err != nil {
@@ -61,6 +77,14 @@ func (s *Store) Load(ctx context.Context) (*schemas.Checkpoint, error) {
 	}
 	return cp, nil
 }
+
+// loadAttempts bounds how often Load reads the checkpoint again when the
+// ledger is ahead of it.
+const loadAttempts = 3
+
+// afterCheckpointRead is a test hook: it runs between Load's checkpoint
+// read and its ledger audit.
+var afterCheckpointRead = func() {}
 
 // latest returns the connector's newest checkpoint. It reads the tail of the
 // topic first and widens the window only when the connector's key is not in

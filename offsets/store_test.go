@@ -123,3 +123,40 @@ func TestAudit(t *testing.T) {
 		t.Fatalf("conflicting entries: %v", err)
 	}
 }
+
+// A writer that commits between Load's checkpoint read and its ledger read
+// (another instance about to be fenced, or one that just fenced this one)
+// leaves the ledger one transaction ahead of the checkpoint Load read.
+// That is not a lost checkpoint: Load reads both again and returns the
+// newer checkpoint. A ledger that stays ahead is still a safety stop.
+func TestLoadRereadsWhenAWriterCommitsBetweenItsReads(t *testing.T) {
+	k := harness.NewKafka(t, kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(1))
+	opts := []kgo.Opt{kgo.SeedBrokers(k.Brokers...)}
+	ctx := context.Background()
+	produce(t, opts, "off", "c", checkpoint(t, 1, "p1"))
+	produce(t, opts, "led", "c", ledgerEntry(t, schemas.LedgerTxn, 1, "p1"))
+	store := offsets.NewStore(opts, "off", "c").FailClosed(offsets.NewLedger(opts, "led", "c"), "")
+
+	calls, racing := 0, true
+	defer offsets.SetAfterCheckpointRead(func() {
+		calls++
+		if racing && calls == 1 {
+			produce(t, opts, "off", "c", checkpoint(t, 2, "p2"))
+			produce(t, opts, "led", "c", ledgerEntry(t, schemas.LedgerTxn, 2, "p2"))
+		}
+	})()
+	cp, err := store.Load(ctx)
+	if err != nil || cp == nil || cp.Seq != 2 || cp.Cursor != "p2" {
+		t.Fatalf("Load = %+v, %v; want the checkpoint of seq 2 read again", cp, err)
+	}
+
+	produce(t, opts, "led", "c", ledgerEntry(t, schemas.LedgerTxn, 3, "p3")) // no checkpoint: lost
+	calls, racing = 0, false
+	_, err = store.Load(ctx)
+	if err == nil || !strings.Contains(err.Error(), "is behind the ledger") {
+		t.Fatalf("a ledger that stays ahead: %v, want a safety stop", err)
+	}
+	if calls < 2 {
+		t.Errorf("Load read the checkpoint %d times before stopping, want it read again", calls)
+	}
+}
