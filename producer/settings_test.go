@@ -212,6 +212,16 @@ func TestCompressionRoundTrip(t *testing.T) {
 					t.Errorf("partition %d: batch at offset %d (%d records) is stored with codec %d, want %d", b.partition, b.FirstOffset, b.NumRecords, c, tc.want)
 					continue
 				}
+				if tc.want == kgo.CodecLz4 {
+					// An LZ4 frame: magic 04 22 4d 18, FLG, BD; BD's bits 6-4
+					// are the block size: 4 = 64 KiB, as the Java client
+					// writes (a reader allocates a block for each batch).
+					if r := b.Records; len(r) < 6 || r[0] != 0x04 || r[1] != 0x22 || r[2] != 0x4d || r[3] != 0x18 {
+						t.Errorf("partition %d: batch at offset %d is no LZ4 frame", b.partition, b.FirstOffset)
+					} else if size := r[5] >> 4 & 7; size != 4 {
+						t.Errorf("partition %d: batch at offset %d has LZ4 blocks of size code %d, want 4 (64 KiB)", b.partition, b.FirstOffset, size)
+					}
+				}
 				raw, err := kgo.DefaultDecompressor().Decompress(b.Records, tc.want)
 				if err != nil {
 					t.Fatalf("partition %d: batch at offset %d does not decompress with codec %d: %v", b.partition, b.FirstOffset, tc.want, err)

@@ -115,6 +115,9 @@ func New(ctx context.Context, cfg Config) (*Writer, error) {
 		kgo.MaxBufferedRecords(100_000),
 		kgo.ProducerLinger(cfg.Linger),
 	)
+	if cfg.Compression == kgo.Lz4Compression() {
+		opts = append(opts, kgo.WithCompressor(newLZ4Compressor()))
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
