@@ -29,7 +29,7 @@ func NewLedger(opts []kgo.Opt, topic, connectorName string) *Ledger {
 // Entries calls fn for the connector's committed entries still retained,
 // oldest first. last > 0 limits the read to the last offsets of the topic.
 func (l *Ledger) Entries(ctx context.Context, last int64, fn func(*schemas.LedgerEntry) error) error {
-	ctx = noViewWait(ctx)
+	ctx, view := strictView(ctx)
 	if last <= 0 {
 		last = -1
 	}
@@ -43,6 +43,9 @@ func (l *Ledger) Entries(ctx context.Context, last int64, fn func(*schemas.Ledge
 		}
 		return fn(e)
 	})
+	if verr := view.err(); verr != nil {
+		return verr
+	}
 	if errors.Is(err, fold.ErrNoTopic) {
 		return nil
 	}
@@ -60,7 +63,7 @@ const auditWindow = 2000
 // cursors, is a safety stop. An empty ledger (expired, or a new ledger
 // topic) proves nothing either way and passes.
 func (l *Ledger) Audit(ctx context.Context, cp *schemas.Checkpoint) error {
-	ctx = noViewWait(ctx)
+	ctx, view := strictView(ctx)
 	var last *schemas.LedgerEntry
 	bySeq := map[int64]*schemas.LedgerEntry{}
 	var dup error
@@ -82,6 +85,9 @@ func (l *Ledger) Audit(ctx context.Context, cp *schemas.Checkpoint) error {
 		last = e
 		return nil
 	})
+	if verr := view.err(); verr != nil {
+		return verr // a partial view proves nothing either way
+	}
 	if err != nil {
 		return fmt.Errorf("read ledger %s: %w", l.topic, err)
 	}

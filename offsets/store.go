@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -50,11 +52,11 @@ func (s *Store) FailClosed(ledger *Ledger, dataTopic string) *Store {
 // Load then reads both again, a few times, before it calls the ledger's
 // lead a lost checkpoint.
 func (s *Store) Load(ctx context.Context) (*schemas.Checkpoint, error) {
-	ctx = noViewWait(ctx)
+	ctx, view := strictView(ctx)
 	var cp *schemas.Checkpoint
 	for attempt := 1; ; attempt++ {
 		var err error
-		if cp, err = s.latest(ctx); err != nil {
+		if cp, err = s.latest(ctx, view); err != nil {
 			return nil, err
 		}
 		if s.ledger == nil {
@@ -62,6 +64,9 @@ func (s *Store) Load(ctx context.Context) (*schemas.Checkpoint, error) {
 		}
 		afterCheckpointRead()
 		err = s.ledger.Audit(ctx, cp)
+		if verr := view.err(); verr != nil {
+			return nil, verr // what the audit found in a partial view proves nothing
+		}
 		if errors.Is(err, errLedgerAhead) && attempt < loadAttempts {
 			continue
 		}
@@ -71,7 +76,11 @@ func (s *Store) Load(ctx context.Context) (*schemas.Checkpoint, error) {
 		break
 	}
 	if cp == nil && s.dataTopic != "" {
-		if err := s.noRecordsOfOurs(ctx); err != nil {
+		err := s.noRecordsOfOurs(ctx)
+		if verr := view.err(); verr != nil {
+			return nil, verr
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -90,8 +99,9 @@ var afterCheckpointRead = func() {}
 // topic first and widens the window only when the connector's key is not in
 // it: until compaction catches up (never, for Kafka's active segment), the
 // topic holds every checkpoint ever committed, and reading them all made each
-// start slower than the one before. Only the newest one is decoded.
-func (s *Store) latest(ctx context.Context) (*schemas.Checkpoint, error) {
+// start slower than the one before. Only the newest one is decoded. A view
+// that stopped short (see strictView) ends it with ErrViewOpen.
+func (s *Store) latest(ctx context.Context, view *openView) (*schemas.Checkpoint, error) {
 	// The topic also holds the dedupe set's segments (up to half a MiB
 	// each), so the first window is small.
 	for _, window := range []int64{16, 256, 4096, -1} {
@@ -102,6 +112,9 @@ func (s *Store) latest(ctx context.Context) (*schemas.Checkpoint, error) {
 			}
 			return nil
 		})
+		if verr := view.err(); verr != nil {
+			return nil, verr
+		}
 		if errors.Is(err, fold.ErrNoTopic) {
 			return nil, nil
 		}
@@ -131,7 +144,8 @@ func (s *Store) latest(ctx context.Context) (*schemas.Checkpoint, error) {
 // (the dedupe set's segments), in the order of refs. A record that is not
 // there, or holds another key, wraps connector.ErrStateDamaged.
 func (s *Store) State(ctx context.Context, refs []connector.StateRef) ([][]byte, error) {
-	ctx = noViewWait(ctx)
+	// The range lies below the last stable offset (the checkpoint naming
+	// it was read), so no view is fixed.
 	if len(refs) == 0 {
 		return nil, nil
 	}
@@ -174,8 +188,18 @@ func (s *Store) State(ctx context.Context, refs []connector.StateRef) ([][]byte,
 
 // LastRun returns the run id of the connector's latest run-start entry in
 // the ledger, or "" when there is none or no ledger.
+//
+// It reads the view as it stands, without waiting for open transactions
+// (ErrViewOpen is for the checkpoint): the engine asks it before its own
+// session has resolved its last transaction (docs/design.md, "One writer",
+// step 3), which may still be open on the ledger, and a newer run of this
+// connector that it may hide would have fenced that session, which the
+// recovery and the checkpoint read after it then find. At start it is
+// asked right after Load, whose view was complete.
 func (s *Store) LastRun(ctx context.Context) (string, error) {
-	ctx = noViewWait(ctx)
+	if _, ok := fold.ViewWaitOf(ctx); !ok {
+		ctx = fold.WithViewWait(ctx, fold.ViewWait{Timeout: -1})
+	}
 	if s.ledger == nil {
 		return "", nil
 	}
@@ -219,7 +243,7 @@ func (s *Store) noRecordsOfOurs(ctx context.Context) error {
 // topic, oldest first; a tombstone (reset to scratch) clears what came
 // before it. Compaction may have removed older ones.
 func (s *Store) History(ctx context.Context) ([]*schemas.Checkpoint, error) {
-	ctx = noViewWait(ctx)
+	ctx, view := strictView(ctx)
 	var out []*schemas.Checkpoint
 	err := fold.Scan(ctx, s.opts, s.topic, func(r *kgo.Record) error {
 		if string(r.Key) != s.connector {
@@ -240,6 +264,9 @@ func (s *Store) History(ctx context.Context) ([]*schemas.Checkpoint, error) {
 		out = append(out, cp)
 		return nil
 	})
+	if verr := view.err(); verr != nil {
+		return nil, verr
+	}
 	if errors.Is(err, fold.ErrNoTopic) {
 		return nil, nil
 	}
@@ -249,17 +276,64 @@ func (s *Store) History(ctx context.Context) ([]*schemas.Checkpoint, error) {
 	return out, nil
 }
 
-// noViewWait makes the offsets and ledger reads fix their view at the last
-// stable offsets as they are, without waiting for open transactions to be
-// resolved (fold.ViewWait): the engine reads them only after its own
-// producer session was initialised or recovered, which resolves its own
-// last transaction, and other connectors' transactions on the shared topics
-// hold nothing of this connector's. Waiting for them would cost every start
-// and every recovery up to the wait's timeout, twice. A caller that set a
-// ViewWait on ctx keeps it.
-func noViewWait(ctx context.Context) context.Context {
-	if _, ok := fold.ViewWaitOf(ctx); ok {
-		return ctx
+// ErrViewOpen is returned by the reads of the checkpoint and the ledger
+// when a topic's last stable offset stays before a transaction that is
+// still open: see strictView. It is transient (the engine retries).
+var ErrViewOpen = errors.New("a transaction on the topic is still open")
+
+// strictWait bounds how long a read waits for the transactions open on a
+// topic when it fixes its view, before it fails with ErrViewOpen.
+var strictWait = 2 * time.Second
+
+// openView records the first partition whose view stopped before an open
+// transaction.
+type openView struct {
+	mu   sync.Mutex
+	open *fold.OpenTxn
+}
+
+func (v *openView) report(o fold.OpenTxn) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.open == nil {
+		v.open = &o
 	}
-	return fold.WithViewWait(ctx, fold.ViewWait{Timeout: -1})
+}
+
+// err is ErrViewOpen once a read's view stopped short; nil for a read
+// whose caller chose its own ViewWait.
+func (v *openView) err() error {
+	if v == nil {
+		return nil
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.open == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %s. It belongs to another writer of the shared topic (another connector or task, killed mid-commit, say) "+
+		"and ends when that writer's session is initialised again or the broker aborts it (its transaction timeout); "+
+		"a read before then would miss whatever was committed after it, this connector's newest checkpoint among it", ErrViewOpen, v.open)
+}
+
+// strictView makes the offsets and ledger reads fix a complete view: every
+// transaction written to the shared one-partition topic before the read
+// began must be resolved, or the read fails with ErrViewOpen. A view that
+// stops at the last stable offset before another writer's open transaction
+// hides every record after it, this connector's newest checkpoint and
+// ledger entry among them (a connector of a shared offsets topic killed in
+// the middle of its commit leaves such a transaction open for its
+// transaction timeout): reading it would return an older checkpoint, and
+// resuming from it would publish pages twice (docs/design.md, "One
+// writer"). The engine reads only after its own session resolved its last
+// transaction, so in steady operation the wait is the few milliseconds
+// another writer's commit takes. A caller that set a ViewWait on ctx
+// (fold.WithViewWait) keeps its own rule, and so do the reads nested in an
+// outer strict one, which checks for them; both get a nil *openView.
+func strictView(ctx context.Context) (context.Context, *openView) {
+	if _, ok := fold.ViewWaitOf(ctx); ok {
+		return ctx, nil
+	}
+	v := &openView{}
+	return fold.WithViewWait(ctx, fold.ViewWait{Timeout: strictWait, Report: v.report}), v
 }
