@@ -131,7 +131,7 @@ func (w *cliWorld) opts() []kgo.Opt { return []kgo.Opt{kgo.SeedBrokers(w.kafka.B
 
 func (w *cliWorld) seq() int64 {
 	w.t.Helper()
-	cp, err := offsets.NewStore(w.opts(), "tidemark-offsets", cliName).Load(context.Background())
+	cp, err := offsets.NewStore(w.opts(), "tidemark-offsets", cliName).Load(fold.WithViewWait(context.Background(), fold.ViewWait{Timeout: -1}))
 	if err != nil {
 		w.t.Fatal(err)
 	}

@@ -203,7 +203,7 @@ func cmdCheck(ctx context.Context, a *cli) (err error) {
 	if err := a.ensureTopics(ctx, opts, true); err != nil {
 		return err
 	}
-	cp, err := a.store(opts).Load(ctx)
+	cp, err := a.store(opts).Load(a.asItStands(ctx))
 	if err != nil {
 		return err
 	}
@@ -224,13 +224,26 @@ func cmdCheck(ctx context.Context, a *cli) (err error) {
 	return nil
 }
 
+// asItStands lets a read-only command read the offsets and ledger topics
+// as they stand when a transaction is still open on them (a run killed in
+// the middle of its commit leaves one until its name is initialised again
+// or the broker's transaction timeout aborts it), after a short wait, and
+// warns that what it shows may then be behind. The engine never reads that
+// way (docs/design.md, "One writer").
+func (a *cli) asItStands(ctx context.Context) context.Context {
+	return fold.WithViewWait(ctx, fold.ViewWait{Timeout: 2 * time.Second, Report: func(o fold.OpenTxn) {
+		fmt.Fprintf(a.stderr, "warning: %s; a run killed in the middle of its commit leaves one until it is restarted or the broker's transaction timeout aborts it. "+
+			"What follows is what was committed before it and may be behind: run again once it is resolved\n", o)
+	}})
+}
+
 func cmdStatus(ctx context.Context, a *cli) (err error) {
 	defer a.closeAll()
 	opts, err := a.kafkaOpts()
 	if err != nil {
 		return err
 	}
-	cp, err := a.store(opts).Load(ctx)
+	cp, err := a.store(opts).Load(a.asItStands(ctx))
 	if err != nil {
 		return err
 	}
@@ -300,7 +313,7 @@ func cmdReset(ctx context.Context, a *cli) error {
 	}
 	// A reset is the decision for a connector that cannot run, so it reads
 	// the checkpoint without the fail-closed audit.
-	old, err := offsets.NewStore(opts, a.cfg.Kafka.OffsetsTopic, a.cfg.Name).Load(ctx)
+	old, err := offsets.NewStore(opts, a.cfg.Kafka.OffsetsTopic, a.cfg.Name).Load(a.asItStands(ctx))
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ func cmdLedger(ctx context.Context, a *cli) error {
 		return err
 	}
 	n := 0
-	err = a.ledger(opts).Entries(ctx, 0, func(e *schemas.LedgerEntry) error {
+	err = a.ledger(opts).Entries(a.asItStands(ctx), 0, func(e *schemas.LedgerEntry) error {
 		n++
 		e.RequestCursor, e.NextCursor = httpsrc.RedactCursor(e.RequestCursor), httpsrc.RedactCursor(e.NextCursor) // link cursors carry the endpoint's query
 		if a.jsonOut {

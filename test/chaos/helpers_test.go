@@ -22,6 +22,7 @@ import (
 	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/connector/postgres"
 	"github.com/tidemark/tidemark/failpoint"
+	"github.com/tidemark/tidemark/fold"
 	"github.com/tidemark/tidemark/offsets"
 	"github.com/tidemark/tidemark/schemas"
 	"github.com/tidemark/tidemark/test/harness"
@@ -547,7 +548,7 @@ func (w *world) ledgerEntries() []*schemas.LedgerEntry {
 	w.t.Helper()
 	var out []*schemas.LedgerEntry
 	l := offsets.NewLedger(w.opts, w.ledger, w.name)
-	if err := l.Entries(context.Background(), 0, func(e *schemas.LedgerEntry) error { out = append(out, e); return nil }); err != nil {
+	if err := l.Entries(fold.WithViewWait(context.Background(), fold.ViewWait{Timeout: -1}), 0, func(e *schemas.LedgerEntry) error { out = append(out, e); return nil }); err != nil {
 		w.t.Fatalf("read the ledger: %v", err)
 	}
 	return out
