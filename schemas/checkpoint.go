@@ -9,6 +9,13 @@ import (
 // reads version 1, whose dedupe set was a list inside the record.
 const CheckpointVersion = 2
 
+// CheckpointVersionLoad is the version of a checkpoint holding an open
+// initial load in key order (Load): the same format with one more field,
+// versioned apart so that a build that does not know a load refuses the
+// checkpoint instead of starting a new pass from scratch. EncodeCheckpoint
+// picks it; this build reads it.
+const CheckpointVersionLoad = 3
+
 // Phases of a checkpoint.
 const (
 	// PhaseIdle: no pass is open; the next pass starts at Watermark - margin.
@@ -19,7 +26,33 @@ const (
 	// Cursor under a new snapshot; PassHorizon keeps the first snapshot's
 	// start, the watermark the load hands to the incremental passes.
 	PhaseSnapshot = "snapshot"
+	// PhaseLoad: an initial load in key order is open, split into key
+	// ranges walked side by side (Load). Each range resumes at its own
+	// cursor; PassHorizon is the watermark the load hands over.
+	PhaseLoad = "load"
 )
+
+// Load is the progress of an initial load in key order (phase load).
+type Load struct {
+	// Consistent: the ranges are read under one snapshot (a new one on
+	// resume), as for source.initial_load: consistent.
+	Consistent bool `json:"consistent"`
+	// Ranges partition the key space; each is walked in key order.
+	Ranges []LoadRange `json:"ranges"`
+}
+
+// LoadRange is one key range of a load: ids above Lo (exclusive; "" = from
+// the first) up to Hi (inclusive; "" = to the last), in the source's key
+// order.
+type LoadRange struct {
+	Lo string `json:"lo"`
+	Hi string `json:"hi"`
+	// Cursor is the source's opaque cursor of the range's first page not
+	// yet committed ("" = the range's first page).
+	Cursor string `json:"cursor"`
+	// Done is set once the range's end is committed.
+	Done bool `json:"done"`
+}
 
 // Checkpoint is the position tidemark has committed, written to the offsets
 // topic (key = connector name) in the same Kafka transaction as the records it
@@ -72,6 +105,9 @@ type Checkpoint struct {
 	NeedsDecision string `json:"needs_decision,omitempty"`
 	// LastReset records the latest operator reset, if any.
 	LastReset *Reset `json:"last_reset,omitempty"`
+	// Load is the open initial load in key order (phase load), nil
+	// otherwise.
+	Load *Load `json:"load,omitempty"`
 	// Sweep is the progress of a reconciliation sweep that has committed
 	// part of its work; the next start finishes it.
 	Sweep *SweepProgress `json:"sweep,omitempty"`
@@ -172,6 +208,9 @@ type Counters struct {
 // and {} rather than null.
 func EncodeCheckpoint(c *Checkpoint) ([]byte, error) {
 	d := *c
+	if d.Version == CheckpointVersion && d.Load != nil {
+		d.Version = CheckpointVersionLoad
+	}
 	if d.FingerprintFields == nil {
 		d.FingerprintFields = map[string]string{}
 	}
@@ -202,11 +241,15 @@ func DecodeCheckpoint(b []byte) (*Checkpoint, error) {
 		return nil, fmt.Errorf("decode checkpoint: %w", err)
 	}
 	switch probe.Version {
-	case CheckpointVersion:
+	case CheckpointVersion, CheckpointVersionLoad:
 		var c Checkpoint
 		if err := json.Unmarshal(b, &c); err != nil {
 			return nil, fmt.Errorf("decode checkpoint: %w", err)
 		}
+		if (c.Load != nil) != (c.Phase == PhaseLoad) || (c.Load != nil) != (probe.Version == CheckpointVersionLoad) {
+			return nil, fmt.Errorf("decode checkpoint: phase %q with version %d does not go with a load of %d ranges", c.Phase, probe.Version, c.Load.count())
+		}
+		c.Version = CheckpointVersion
 		return &c, nil
 	case 1:
 		var v1 checkpointV1
@@ -219,5 +262,13 @@ func DecodeCheckpoint(b []byte) (*Checkpoint, error) {
 		c.Legacy = v1.Boundary
 		return &c, nil
 	}
-	return nil, fmt.Errorf("checkpoint format version %d is not supported by this build (it reads versions 1 and %d); run the tidemark release that wrote it, or reset", probe.Version, CheckpointVersion)
+	return nil, fmt.Errorf("checkpoint format version %d is not supported by this build (it reads versions 1 to %d); run the tidemark release that wrote it, or reset", probe.Version, CheckpointVersionLoad)
+}
+
+// count is the number of ranges (0 for a nil Load).
+func (l *Load) count() int {
+	if l == nil {
+		return 0
+	}
+	return len(l.Ranges)
 }

@@ -57,6 +57,10 @@ func TestCheckpointValid(t *testing.T) {
 			*c = schemas.Checkpoint{Version: schemas.CheckpointVersion, Connector: "c", Fingerprint: strings.Repeat("0", 32), Phase: schemas.PhaseIdle}
 		},
 		"snapshot": func(c *schemas.Checkpoint) { c.Phase = schemas.PhaseSnapshot; c.Boundary = schemas.BoundaryState{} },
+		"load": func(c *schemas.Checkpoint) {
+			c.Phase, c.Watermark = schemas.PhaseLoad, ""
+			c.Load = &schemas.Load{Consistent: true, Ranges: []schemas.LoadRange{{Hi: "250000", Cursor: "1200", Done: false}, {Lo: "250000", Hi: "", Done: true}}}
+		},
 		"decision": func(c *schemas.Checkpoint) { c.NeedsDecision = "fingerprint changed" },
 		"reset": func(c *schemas.Checkpoint) {
 			c.LastReset = &schemas.Reset{At: c.CommittedAt, By: "ops@host", Reason: "table rebuilt", Watermark: ""}
@@ -100,7 +104,16 @@ func TestCheckpointInvalid(t *testing.T) {
 		doc  []byte
 		want string // part of the error, naming the offending location
 	}{
-		"version 3":       {edit(t, func(m map[string]any) { m["version"] = 3 }), "/version"},
+		"version 4":                 {edit(t, func(m map[string]any) { m["version"] = 4 }), "/version"},
+		"version 3 without a load":  {edit(t, func(m map[string]any) { m["version"] = 3 }), "/version"},
+		"phase load without a load": {edit(t, func(m map[string]any) { m["phase"], m["version"] = "load", 3 }), "load"},
+		"a load in phase pass": {edit(t, func(m map[string]any) {
+			m["load"] = map[string]any{"consistent": false, "ranges": []any{map[string]any{"lo": "", "hi": "", "cursor": "", "done": false}}}
+		}), "load"},
+		"a load without ranges": {edit(t, func(m map[string]any) {
+			m["phase"], m["version"] = "load", 3
+			m["load"] = map[string]any{"consistent": false, "ranges": []any{}}
+		}), "/load/ranges"},
 		"wrong phase":     {edit(t, func(m map[string]any) { m["phase"] = "running" }), "/phase"},
 		"inline boundary": {edit(t, func(m map[string]any) { m["boundary"] = []any{[]any{"42", 1, "0000000000000000"}} }), "/boundary"},
 		"bad floor":       {edit(t, func(m map[string]any) { m["boundary"].(map[string]any)["floor"] = "yesterday" }), "/boundary/floor"},
@@ -367,5 +380,37 @@ func TestLedgerSchemaMatchesGoType(t *testing.T) {
 	}
 	if got := slices.Sorted(slices.Values(doc.Required)); !slices.Equal(req, got) {
 		t.Errorf("Go required fields %v, schema required %v", req, got)
+	}
+}
+
+// A checkpoint with an open load in key order is written as version 3, so
+// that a build that does not know a load refuses it; this build reads it
+// back whole, and refuses a version that does not go with its phase.
+func TestCheckpointLoadVersion(t *testing.T) {
+	c := realCheckpoint()
+	c.Phase, c.Watermark = schemas.PhaseLoad, ""
+	c.Load = &schemas.Load{Ranges: []schemas.LoadRange{{Hi: "9", Cursor: "4"}, {Lo: "9", Done: true}}}
+	b, err := schemas.EncodeCheckpoint(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"version":3`) {
+		t.Fatalf("a load checkpoint is not written as version 3: %s", b)
+	}
+	got, err := schemas.DecodeCheckpoint(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Version != schemas.CheckpointVersion || got.Load == nil || len(got.Load.Ranges) != 2 || got.Load.Ranges[0].Cursor != "4" || !got.Load.Ranges[1].Done {
+		t.Fatalf("read back %+v, load %+v", got, got.Load)
+	}
+	for name, doc := range map[string]string{
+		"version 3, phase pass":    strings.Replace(string(b), `"phase":"load"`, `"phase":"pass"`, 1),
+		"version 2, phase load":    strings.Replace(string(b), `"version":3`, `"version":2`, 1),
+		"version 3 without a load": strings.Replace(strings.Replace(string(b), `"phase":"load"`, `"phase":"pass"`, 1), `"load":`, `"x":`, 1),
+	} {
+		if _, err := schemas.DecodeCheckpoint([]byte(doc)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
 	}
 }
