@@ -96,7 +96,7 @@ func (e *Engine) floor() (int64, error) {
 		return 0, e.corrupt("watermark", err)
 	}
 	switch e.cp.Phase {
-	case schemas.PhaseSnapshot:
+	case schemas.PhaseSnapshot, schemas.PhaseLoad:
 		// The load hands PassHorizon to the incremental passes.
 		if h, err := parseFloor(e.cp.PassHorizon); err != nil {
 			return 0, e.corrupt("pass_horizon", err)

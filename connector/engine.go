@@ -112,6 +112,13 @@ type Config struct {
 	// Consistent makes the initial load read one fixed snapshot; the source
 	// must implement Snapshotter.
 	Consistent bool
+	// LoadWorkers, when positive, reads the initial load in key order,
+	// split into key ranges read side by side by this many sessions
+	// (docs/design.md, "The initial load in key order"); the source must
+	// implement RangeLoader (and SessionSnapshotter with Consistent), or
+	// the load walks (updated_at, id) order as a pass does. 0 (default):
+	// the initial load is a pass from minus infinity.
+	LoadWorkers int
 	// Fingerprint and FingerprintFields describe the configuration that
 	// defines the data set; a checkpoint with another fingerprint is a
 	// safety stop.
@@ -630,6 +637,7 @@ func (e *Engine) load(ctx context.Context, first bool) error {
 	}
 	e.cp = cp
 	e.committed = *cp
+	e.committed.Load = cloneLoad(cp.Load)
 	if first {
 		e.startCounters = cp.Counters
 	}

@@ -24,6 +24,9 @@ func (e *Engine) pass(ctx context.Context) error {
 	}
 	e.clockAt, e.clockThen = now, time.Now()
 	e.future, e.futureID = 0, ""
+	if e.cp.Phase == schemas.PhaseLoad || e.cp.Phase == schemas.PhaseIdle && e.cp.Watermark == "" && e.keyOrdered() {
+		return e.keyLoad(ctx, now)
+	}
 	switch e.cp.Phase {
 	case schemas.PhasePass:
 		// Resume the open pass at its stored cursor and lower bound.
@@ -169,13 +172,7 @@ func (e *Engine) pass(ctx context.Context) error {
 		e.txPages++
 		e.cp.Counters.Pages++
 		if page.End {
-			if e.future > 0 {
-				e.log.Warn("rows dated after the source's clock: published, but the watermark stops at the clock, so they are read again until the clock reaches them; fix the writer's clock or time zone if that is not intended",
-					"rows", e.future, "example_id", e.futureID, "clock", schemas.FormatTime(e.clockAt))
-				if o, ok := e.cfg.Observer.(FutureObserver); ok {
-					o.ObserveFutureDated(e.future)
-				}
-			}
+			e.reportFuture()
 			ev := endEvidence{at: e.cfg.Now(), cursor: req.Cursor, since: orInf(e.cp.PassLow), pages: pages}
 			if err := e.endPass(ctx); err != nil {
 				return err
@@ -193,6 +190,19 @@ func (e *Engine) pass(ctx context.Context) error {
 				return err
 			}
 		}
+	}
+}
+
+// reportFuture warns of the rows of the pass dated after the source's
+// clock at its start.
+func (e *Engine) reportFuture() {
+	if e.future == 0 {
+		return
+	}
+	e.log.Warn("rows dated after the source's clock: published, but the watermark stops at the clock, so they are read again until the clock reaches them; fix the writer's clock or time zone if that is not intended",
+		"rows", e.future, "example_id", e.futureID, "clock", schemas.FormatTime(e.clockAt))
+	if o, ok := e.cfg.Observer.(FutureObserver); ok {
+		o.ObserveFutureDated(e.future)
 	}
 }
 
@@ -303,9 +313,11 @@ func (e *Engine) txFull() bool {
 // endPass advances the watermark and commits the end of the pass.
 func (e *Engine) endPass(ctx context.Context) error {
 	oldW := e.cp.Watermark
-	if e.cp.Phase == schemas.PhaseSnapshot {
+	if e.cp.Phase == schemas.PhaseSnapshot || e.cp.Phase == schemas.PhaseLoad {
 		// After a consistent load the walk continues from the snapshot's
-		// start: W = snapshot start (capped by the horizon in horizon mode).
+		// start: W = snapshot start (capped by the horizon in horizon
+		// mode); after a load in key order, from the clock at its start
+		// (docs/design.md, "The initial load in key order").
 		e.cp.Watermark = e.cp.PassHorizon
 	} else if e.cp.PassMax != "" {
 		cand, err := schemas.ParseTime(e.cp.PassMax)
@@ -342,13 +354,14 @@ func (e *Engine) endPass(ctx context.Context) error {
 	wasPass := e.cp.Phase
 	e.cp.Phase = schemas.PhaseIdle
 	e.cp.Cursor, e.cp.PassLow, e.cp.PassMax, e.cp.PassHorizon = "", "", "", ""
+	e.cp.Load = nil
 	e.cp.SeenMark, e.cp.PassMark = e.cp.PassMark, ""
 	e.cp.Counters.Passes++
 	// A pass that published nothing and moved nothing commits nothing: an
 	// unchanged table costs no transaction. The committed checkpoint
 	// already says "idle at W", unless the pass was resumed.
 	if !e.txOpen && !e.bMoved && e.cp.Watermark == oldW && e.cp.SeenMark == e.committed.SeenMark &&
-		e.committed.Phase == schemas.PhaseIdle && wasPass != schemas.PhaseSnapshot && (e.cp.Sweep == nil) == (e.committed.Sweep == nil) {
+		e.committed.Phase == schemas.PhaseIdle && wasPass != schemas.PhaseSnapshot && wasPass != schemas.PhaseLoad && (e.cp.Sweep == nil) == (e.committed.Sweep == nil) {
 		e.resetTx()
 		return nil
 	}
@@ -401,6 +414,7 @@ func (e *Engine) commit(ctx context.Context) error {
 		"phase", e.cp.Phase, "watermark", orInf(e.cp.Watermark), "cursor", e.cp.Cursor,
 		"dedupe_entries", e.cp.Boundary.Entries, "took", time.Since(took).Round(time.Microsecond))
 	e.committed = *e.cp
+	e.committed.Load = cloneLoad(e.cp.Load)
 	e.resetTx()
 	return nil
 }

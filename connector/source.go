@@ -139,3 +139,45 @@ type Reshaper interface {
 	// *StopError.
 	Reshape(ctx context.Context) (*ShapeChange, error)
 }
+
+// KeyRange is a part of a source's key space, in the source's key order:
+// ids above Lo (exclusive; "" = from the first) up to Hi (inclusive; "" =
+// to the last). Lo and Hi are ids as the source writes them.
+type KeyRange struct {
+	Lo, Hi string
+}
+
+// LoadRequest asks for the next page of one key range of an initial load
+// in key order.
+type LoadRequest struct {
+	Range KeyRange
+	// Cursor is Page.Next of the range's previous page, "" for its first.
+	Cursor string
+	Limit  int
+	// Mark is the load's token (see PageRequest.Mark): a row version that
+	// the passes after the load are sure to leave out is flagged
+	// Row.Settled.
+	Mark string
+}
+
+// RangeLoader is implemented by sources that can read an initial load in
+// key order instead of (updated_at, id) order, split into key ranges read
+// side by side (docs/design.md, "The initial load in key order"). Its
+// methods are safe for concurrent use. Discovered by type assertion.
+type RangeLoader interface {
+	// SplitKeys divides the key space into at most n ranges of about as
+	// many rows each, in key order. The first range starts at "" and the
+	// last ends at "", so the ranges cover every id, present or future.
+	SplitKeys(ctx context.Context, n int) ([]KeyRange, error)
+	// LoadPage returns up to Limit rows of the range after the cursor, in
+	// key order. End is true only for a page with no rows.
+	LoadPage(ctx context.Context, req LoadRequest) (Page, error)
+}
+
+// SessionSnapshotter is implemented by sources that can open one
+// consistent view on several sessions at once, for a consistent load read
+// side by side. The view it returns also implements RangeLoader, and is
+// safe for concurrent use by up to sessions callers.
+type SessionSnapshotter interface {
+	SnapshotSessions(ctx context.Context, sessions int) (SnapshotSource, error)
+}
