@@ -52,6 +52,11 @@ type Config struct {
 	// input. Rows it excludes are never read (and so never tombstoned by a
 	// filter change). Default: "" (all rows).
 	Filter string
+	// LoadWorkers is the number of sessions an initial load in key order
+	// reads with at once (connector.Config.LoadWorkers): the pool is sized
+	// to hold them and two more. A pool_max_conns in DSN below that is
+	// refused. Default: 0 (the pool's own default size).
+	LoadWorkers int
 	// Logger receives the source's warnings. Default: slog.Default().
 	Logger *slog.Logger
 }

@@ -11,50 +11,100 @@ import (
 	"github.com/tidemark/tidemark/connector"
 )
 
-// Snapshot is the source bound to one REPEATABLE READ READ ONLY
-// transaction on a dedicated connection: every page sees the table as it
-// was when the view was taken. It is not safe for concurrent use.
+// Snapshot is the source bound to one consistent view of the table: a
+// REPEATABLE READ READ ONLY transaction on a dedicated connection, or on
+// several sessions that share one exported snapshot (SnapshotSessions).
+// Every page sees the table as it was when the view was taken. Calls may
+// run concurrently, up to one per session; each takes a free session.
 type Snapshot struct {
-	src   *Source
-	conn  *pgxpool.Conn
-	tx    pgx.Tx
-	start time.Time
-	mark  string
+	src      *Source
+	sessions []*session
+	free     chan *session
+	start    time.Time
+	mark     string
+}
+
+// session is one connection in the view's transaction.
+type session struct {
+	conn *pgxpool.Conn
+	tx   pgx.Tx
 }
 
 var _ connector.SnapshotSource = (*Snapshot)(nil)
 
-// Snapshot starts a consistent view for an initial load (docs/design.md, "The walk" and "Watermark",
-// consistent mode). Start is the transaction's start time (now()), which
-// is no later than the moment the snapshot was taken. Close it when done;
-// it holds a connection and, while open, holds back vacuum.
+// Snapshot starts a consistent view for an initial load on one session
+// (docs/design.md, "The walk" and "Watermark", consistent mode); see
+// SnapshotSessions.
 func (s *Source) Snapshot(ctx context.Context) (connector.SnapshotSource, error) {
+	return s.SnapshotSessions(ctx, 1)
+}
+
+// SnapshotSessions starts a consistent view for an initial load on n
+// sessions (docs/design.md, "The initial load in key order"): the first
+// exports its snapshot (pg_export_snapshot) and the others import it (SET
+// TRANSACTION SNAPSHOT), so all of them see the same rows. Start is the
+// first transaction's start time (now()), which is no later than the
+// moment the snapshot was taken. Close it when done; it holds n
+// connections and, while open, holds back vacuum.
+func (s *Source) SnapshotSessions(ctx context.Context, n int) (connector.SnapshotSource, error) {
+	n = max(n, 1)
 	// A view of the table as it is: with its current columns
 	// (docs/schema-changes.md).
 	if _, err := s.Reshape(ctx); err != nil {
 		return nil, err
 	}
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("snapshot: connect: %w", err)
+	sn := &Snapshot{src: s, free: make(chan *session, n)}
+	fail := func(err error) (connector.SnapshotSource, error) {
+		_ = sn.Close(context.WithoutCancel(ctx))
+		return nil, err
 	}
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	begin := func() (*session, error) {
+		conn, err := s.pool.Acquire(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("snapshot: connect: %w", err)
+		}
+		tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+		if err != nil {
+			conn.Release()
+			return nil, fmt.Errorf("snapshot: begin: %w", err)
+		}
+		ss := &session{conn: conn, tx: tx}
+		sn.sessions = append(sn.sessions, ss)
+		return ss, nil
+	}
+	first, err := begin()
 	if err != nil {
-		conn.Release()
-		return nil, fmt.Errorf("snapshot: begin: %w", err)
+		return fail(err)
 	}
 	var start time.Time
 	var xmin int64
+	var exported string
 	// The first statement takes the snapshot; now() is the transaction
 	// start, slightly before it, which errs on the safe side for W. The
 	// snapshot's oldest running transaction is the view's mark: every
 	// version it shows that was written below it is settled.
-	if err := tx.QueryRow(ctx, "SELECT now(), "+markSQL[len("SELECT "):]).Scan(&start, &xmin); err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
-		conn.Release()
-		return nil, fmt.Errorf("snapshot: read start time: %w", err)
+	q := "SELECT now(), " + markSQL[len("SELECT "):] + ", ''"
+	if n > 1 {
+		q = "SELECT now(), " + markSQL[len("SELECT "):] + ", pg_catalog.pg_export_snapshot()"
 	}
-	sn := &Snapshot{src: s, conn: conn, tx: tx, start: start.UTC()}
+	if err := first.tx.QueryRow(ctx, q).Scan(&start, &xmin, &exported); err != nil {
+		return fail(fmt.Errorf("snapshot: read start time: %w", err))
+	}
+	for range n - 1 {
+		ss, err := begin()
+		if err != nil {
+			return fail(err)
+		}
+		// The snapshot id is the server's own text (like 00000003-0000001B-1);
+		// SET TRANSACTION SNAPSHOT takes only a literal.
+		if _, err := ss.tx.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(exported)); err != nil {
+			return fail(fmt.Errorf("snapshot: import the snapshot %s into session %d of %d: %w", exported, len(sn.sessions), n, err))
+		}
+	}
+	for _, ss := range sn.sessions {
+		sn.free <- ss
+	}
+	sn.start = start.UTC()
 	if s.shape().q.marks {
 		sn.mark = formatMark(xmin)
 	}
@@ -67,25 +117,42 @@ func (sn *Snapshot) Start() time.Time { return sn.start }
 // Mark is the view's mark (see Source.Mark); "" for a view or foreign table.
 func (sn *Snapshot) Mark() string { return sn.mark }
 
-// Page reads a page inside the view; see Source.Page.
-func (sn *Snapshot) Page(ctx context.Context, req connector.PageRequest) (connector.Page, error) {
-	if sn.tx == nil {
-		return connector.Page{}, fmt.Errorf("snapshot of %s is closed", sn.src.shape().tbl.ident)
+// with runs fn on a free session of the view.
+func (sn *Snapshot) with(ctx context.Context, fn func(pgx.Tx) error) error {
+	if sn.free == nil {
+		return fmt.Errorf("snapshot of %s is closed", sn.src.shape().tbl.ident)
 	}
-	return sn.src.page(ctx, sn.tx, req)
+	var ss *session
+	select {
+	case ss = <-sn.free:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { sn.free <- ss }()
+	return fn(ss.tx)
 }
 
-// Close ends the read-only transaction and returns the connection to the
-// pool (or drops it, if the transaction could not be ended cleanly).
+// Page reads a page inside the view; see Source.Page.
+func (sn *Snapshot) Page(ctx context.Context, req connector.PageRequest) (connector.Page, error) {
+	var p connector.Page
+	err := sn.with(ctx, func(tx pgx.Tx) (err error) {
+		p, err = sn.src.page(ctx, tx, req)
+		return err
+	})
+	return p, err
+}
+
+// Close ends the read-only transactions and returns their connections to
+// the pool (or drops them, if a transaction could not be ended cleanly).
+// Call it once no call is running.
 func (sn *Snapshot) Close(ctx context.Context) error {
-	if sn.tx == nil {
-		return nil
+	var first error
+	for _, ss := range sn.sessions {
+		if err := ss.tx.Rollback(ctx); err != nil && first == nil {
+			first = fmt.Errorf("close snapshot: %w", err)
+		}
+		ss.conn.Release()
 	}
-	err := sn.tx.Rollback(ctx)
-	sn.tx = nil
-	sn.conn.Release()
-	if err != nil {
-		return fmt.Errorf("close snapshot: %w", err)
-	}
-	return nil
+	sn.sessions, sn.free = nil, nil
+	return first
 }

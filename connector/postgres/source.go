@@ -59,6 +59,10 @@ type queries struct {
 	// marks: the relation has row versions (xmin), so passes can be
 	// marked (not a view or a foreign table).
 	marks bool
+	// load are the page statements of an initial load in key order
+	// (load.go), indexed by loadVariant: with or without a lower and an
+	// upper bound on the id.
+	load [4]string
 }
 
 // fresh is the SQL test "this row version was written by a transaction
@@ -117,7 +121,23 @@ func buildQueries(cfg Config, t *table) queries {
 	// in the configuration. The cursor's id is compared with the id
 	// column's own collation (a parameter has the default collation, which
 	// yields to the column's), the same ordering as ORDER BY.
+	var load [4]string
+	for v := range load {
+		var where []string
+		n := 1
+		if v&loadAfter != 0 {
+			where = append(where, fmt.Sprintf("%s > $%d::text::%s", id, n, t.idKind.sqlType()))
+			n++
+		}
+		if v&loadUpTo != 0 {
+			where = append(where, fmt.Sprintf("%s <= $%d::text::%s", id, n, t.idKind.sqlType()))
+			n++
+		}
+		where = append(where, "true")
+		load[v] = head + " WHERE " + strings.Join(where, " AND ") + filter + " ORDER BY " + id + " LIMIT $" + strconv.Itoa(n)
+	}
 	return queries{
+		load:    load,
 		all:     head + " WHERE true" + skip(2) + filter + order + "$1",
 		since:   head + " WHERE " + ua + " >= $1" + skip(3) + filter + order + "$2",
 		next:    head + " WHERE (" + ua + ", " + id + ") > ($1, $2::text::" + t.idKind.sqlType() + ")" + skip(4) + filter + order + "$3",
@@ -178,7 +198,7 @@ func prepare(ctx context.Context, pool *pgxpool.Pool, sh *shape) error {
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Release()
-	for _, sql := range []string{sh.q.all, sh.q.since, sh.q.next} {
+	for _, sql := range append([]string{sh.q.all, sh.q.since, sh.q.next}, sh.q.load[:]...) {
 		if _, err := conn.Conn().Prepare(ctx, "", sql); err != nil {
 			if ctx.Err() == nil && isSQLError(err) {
 				return fmt.Errorf("%w: the page query for %s is rejected by PostgreSQL (check filter and columns): %w", ErrBadConfig, sh.tbl.ident, err)
@@ -216,6 +236,15 @@ func connect(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	rp["client_encoding"] = "UTF8"
 	if rp["application_name"] == "" {
 		rp["application_name"] = "tidemark"
+	}
+	// An initial load in key order holds LoadWorkers sessions at once;
+	// the clock, mark and horizon queries need more.
+	if need := int32(cfg.LoadWorkers + 2); cfg.LoadWorkers > 0 && pc.MaxConns < need {
+		if strings.Contains(cfg.DSN, "pool_max_conns") {
+			return nil, fmt.Errorf("%w: pool_max_conns=%d in the DSN is below what an initial load with %d workers holds (%d connections): raise pool_max_conns or lower sync.load_workers",
+				ErrBadConfig, pc.MaxConns, cfg.LoadWorkers, need)
+		}
+		pc.MaxConns = need
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {

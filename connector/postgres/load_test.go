@@ -1,0 +1,249 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/tidemark/tidemark/connector"
+	"github.com/tidemark/tidemark/connector/postgres"
+	"github.com/tidemark/tidemark/test/harness"
+)
+
+// loadAll reads every range of a split to its end, checks the page
+// invariants of LoadPage (pages in id order within a range, never above
+// the limit, End only on an empty page) and returns the ids each range
+// read, in order.
+func loadAll(t *testing.T, rl connector.RangeLoader, ranges []connector.KeyRange, limit int) [][]string {
+	t.Helper()
+	out := make([][]string, len(ranges))
+	for i, r := range ranges {
+		req := connector.LoadRequest{Range: r, Limit: limit}
+		for n := 0; ; n++ {
+			if n > 10000 {
+				t.Fatalf("range %v did not end", r)
+			}
+			p, err := rl.LoadPage(context.Background(), req)
+			if err != nil {
+				t.Fatalf("range %v after %q: %v", r, req.Cursor, err)
+			}
+			if len(p.Rows) > limit || p.End != (len(p.Rows) == 0) {
+				t.Fatalf("range %v: page of %d rows (limit %d), end %v", r, len(p.Rows), limit, p.End)
+			}
+			if p.End {
+				break
+			}
+			if p.Next == "" || p.Next == req.Cursor {
+				t.Fatalf("range %v: next cursor %q does not advance from %q", r, p.Next, req.Cursor)
+			}
+			for _, row := range p.Rows {
+				out[i] = append(out[i], row.ID)
+			}
+			req.Cursor = p.Next
+		}
+	}
+	return out
+}
+
+// Every id type, in every collation the page tests use: a split into key
+// ranges followed by a load of each range reads every row exactly once,
+// each range in the database's own id order, and the ranges follow each
+// other in that order. The empty text id is read once and cannot end a
+// range.
+func TestLoadSplitsAndReadsEveryIDType(t *testing.T) {
+	db := harness.NewDB(t)
+	cases := []struct {
+		name, typ string
+		gen       string // SQL expression over g (1..n) giving the id
+	}{
+		{"bigint", "bigint", "(g * 7919) % 100003 - 50000"},
+		{"integer", "integer", "g * 3"},
+		{"smallint", "smallint", "g - 500"},
+		{"text_c", `text COLLATE "C"`, "CASE WHEN g = 1 THEN '' ELSE chr(65 + g % 50) || g::text END"},
+		{"text_icu", `text COLLATE "und-x-icu"`, "CASE WHEN g = 1 THEN '' ELSE chr(65 + g % 50) || g::text END"},
+		{"uuid", "uuid", "md5(g::text)::uuid"},
+	}
+	const rows = 3000
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			db.Exec(t, fmt.Sprintf("CREATE TABLE %s (id %s PRIMARY KEY, updated_at timestamptz NOT NULL, v text)", c.name, c.typ))
+			db.Exec(t, fmt.Sprintf("INSERT INTO %s SELECT %s, now() - random() * interval '1 day', repeat('x', 200) FROM generate_series(1, %d) g", c.name, c.gen, rows))
+			db.Exec(t, "ANALYZE "+c.name)
+			var want []string
+			r, err := db.Pool.Query(context.Background(), fmt.Sprintf("SELECT id::text AS s FROM %s ORDER BY id", c.name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for r.Next() {
+				var s string
+				if err := r.Scan(&s); err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, s)
+			}
+			src := open(t, config(db, c.name))
+			for _, n := range []int{1, 4, 16} {
+				ranges, err := src.SplitKeys(context.Background(), n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(ranges) < 1 || len(ranges) > n || ranges[0].Lo != "" || ranges[len(ranges)-1].Hi != "" {
+					t.Fatalf("split into %d: %v", n, ranges)
+				}
+				if n == 16 && len(ranges) < 8 {
+					t.Errorf("split into 16 gave only %d ranges of %d rows", len(ranges), rows)
+				}
+				for i := 1; i < len(ranges); i++ {
+					if ranges[i].Lo != ranges[i-1].Hi || ranges[i].Lo == "" {
+						t.Fatalf("ranges %d and %d do not meet: %v", i-1, i, ranges)
+					}
+				}
+				var got []string
+				for _, ids := range loadAll(t, src, ranges, 97) {
+					got = append(got, ids...)
+				}
+				if !slices.Equal(got, want) {
+					for i := range min(len(got), len(want)) {
+						if got[i] != want[i] {
+							t.Logf("first difference at %d: read %q, want %q", i, got[i], want[i])
+							break
+						}
+					}
+					t.Errorf("split into %d ranges %v: read %d ids, want the %d in database order", n, ranges, len(got), len(want))
+				}
+			}
+		})
+	}
+}
+
+// The load honours the filter and reports soft deletes; a cursor that is
+// not a load cursor is refused, naming it.
+func TestLoadFilterDeletesAndBadCursor(t *testing.T) {
+	db := harness.NewDB(t)
+	db.Exec(t, `CREATE TABLE items (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL, deleted_at timestamptz, region text)`)
+	db.Exec(t, `INSERT INTO items SELECT g, now(), CASE WHEN g % 10 = 0 THEN now() END, CASE WHEN g % 2 = 0 THEN 'eu' ELSE 'us' END FROM generate_series(1, 500) g`)
+	cfg := config(db, "items")
+	cfg.Filter, cfg.DeletedAtColumn = "region = 'eu'", "deleted_at"
+	src := open(t, cfg)
+	ranges, err := src.SplitKeys(context.Background(), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, deleted := 0, 0
+	for _, ids := range loadAll(t, src, ranges, 50) {
+		n += len(ids)
+	}
+	p, err := src.LoadPage(context.Background(), connector.LoadRequest{Range: connector.KeyRange{Hi: "20"}, Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range p.Rows {
+		if r.Deleted {
+			deleted++
+			if r.Value != nil {
+				t.Errorf("deleted row %s carries a value", r.ID)
+			}
+		}
+	}
+	if n != 250 || len(p.Rows) != 10 || deleted != 2 {
+		t.Errorf("read %d rows (want the 250 in eu), first 20 ids: %d rows (want 10), %d deleted (want 2)", n, len(p.Rows), deleted)
+	}
+	_, err = src.LoadPage(context.Background(), connector.LoadRequest{Cursor: "v1:123:4", Limit: 10})
+	if err == nil || !strings.Contains(err.Error(), "not a PostgreSQL-source load cursor") {
+		t.Errorf("a pass cursor as a load cursor: %v", err)
+	}
+}
+
+// Four sessions of one snapshot see the same rows: rows written after the
+// view was taken are in none of them, and reading the ranges side by side
+// on the sessions gives exactly the table as it was. The pool holds the
+// sessions and still answers other queries.
+func TestSnapshotSessionsShareOneView(t *testing.T) {
+	db := harness.NewDB(t)
+	db.Exec(t, `CREATE TABLE items (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL, v text)`)
+	db.Exec(t, `INSERT INTO items SELECT g, now(), 'before' FROM generate_series(1, 4000) g`)
+	db.Exec(t, "ANALYZE items")
+	cfg := config(db, "items")
+	cfg.LoadWorkers = 4
+	src := open(t, cfg)
+	ctx := context.Background()
+	snap, err := src.SnapshotSessions(ctx, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snap.Close(ctx)
+	db.Exec(t, `UPDATE items SET v = 'after', updated_at = now() WHERE id % 3 = 0`)
+	db.Exec(t, `INSERT INTO items SELECT g, now(), 'after' FROM generate_series(4001, 4100) g`)
+	db.Exec(t, `DELETE FROM items WHERE id <= 100`)
+	if _, err := src.Now(ctx); err != nil {
+		t.Fatalf("the pool has no connection left besides the snapshot's four: %v", err)
+	}
+	rl := snap.(connector.RangeLoader)
+	ranges, err := rl.SplitKeys(ctx, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu   sync.Mutex
+		seen = map[string]int{}
+		bad  []string
+		wg   sync.WaitGroup
+		errs = make(chan error, len(ranges))
+	)
+	for _, r := range ranges {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := connector.LoadRequest{Range: r, Limit: 113}
+			for {
+				p, err := rl.LoadPage(ctx, req)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if p.End {
+					return
+				}
+				mu.Lock()
+				for _, row := range p.Rows {
+					seen[row.ID]++
+					if !strings.Contains(string(row.Value), `"before"`) {
+						bad = append(bad, row.ID)
+					}
+				}
+				mu.Unlock()
+				req.Cursor = p.Next
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if len(seen) != 4000 || len(bad) > 0 {
+		t.Errorf("the sessions read %d ids (want the 4000 of the view), %d with a value from after it (e.g. %v)", len(seen), len(bad), bad[:min(len(bad), 3)])
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("id %s read %d times", id, n)
+		}
+	}
+}
+
+// A pool_max_conns in the DSN below what the load holds is refused,
+// naming both keys.
+func TestLoadWorkersNeedThePool(t *testing.T) {
+	db := harness.NewDB(t)
+	db.Exec(t, `CREATE TABLE items (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)`)
+	cfg := config(db, "items")
+	cfg.DSN += "&pool_max_conns=3"
+	cfg.LoadWorkers = 4
+	_, err := postgres.New(context.Background(), cfg)
+	if err == nil || !strings.Contains(err.Error(), "pool_max_conns") || !strings.Contains(err.Error(), "sync.load_workers") {
+		t.Fatalf("got %v", err)
+	}
+}
