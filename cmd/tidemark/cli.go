@@ -219,7 +219,7 @@ func (a *cli) pgConfig() (postgres.Config, error) {
 	return postgres.Config{
 		DSN: s.DSN, Password: pw, Schema: s.Schema, Table: s.Table,
 		IDColumn: s.IDColumn, UpdatedAtColumn: s.UpdatedAtColumn, DeletedAtColumn: s.DeletedAtColumn,
-		Columns: s.Columns, Filter: s.Filter,
+		Columns: s.Columns, Filter: s.Filter, LoadWorkers: a.cfg.Sync.LoadWorkers,
 	}, nil
 }
 
@@ -322,6 +322,7 @@ func (a *cli) engineConfig() connector.Config {
 		SweepInterval:           a.cfg.Sweep.Interval.Duration,
 		SweepMaxKeys:            a.sweepMaxKeys(),
 		Consistent:              a.cfg.Source.InitialLoad == "consistent",
+		LoadWorkers:             s.LoadWorkers,
 		RepublishOnSchemaChange: a.cfg.Source.OnSchemaChange == "republish",
 		Fingerprint:             sum,
 		FingerprintFields:       fields,

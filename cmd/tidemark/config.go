@@ -266,6 +266,14 @@ type SyncConfig struct {
 	// OnceRetryTimeout is the same bound for `run --once` and the other
 	// commands that run once (sweep, ...). Default 5m; 0s is no limit.
 	OnceRetryTimeout Duration `yaml:"once_retry_timeout"`
+	// LoadWorkers, when positive, reads the initial load in id order
+	// instead of (updated_at, id) order, split into id ranges that this
+	// many database sessions read side by side (docs/design.md, "The
+	// initial load in key order"); with source.initial_load consistent
+	// they share one exported snapshot. The pool holds them and two more
+	// connections. 0 (default) loads as a pass from minus infinity.
+	// PostgreSQL only; 0..64.
+	LoadWorkers int `yaml:"load_workers"`
 	// DedupeMaxEntries is no longer used: the dedupe set has no bound
 	// (docs/design.md, "The dedupe set"). It is still accepted so that
 	// older files load, with a warning when set.
@@ -380,6 +388,7 @@ var defaults = map[string]string{
 	"sync.poll_interval":        "1s",
 	"sync.poll_jitter":          "0.2",
 	"sync.txn_max_records":      "10000",
+	"sync.load_workers":         "0",
 	"sync.txn_max_bytes":        "16MiB",
 	"sync.txn_max_duration":     "5s",
 	"sync.retry_timeout":        "0s",
@@ -719,6 +728,11 @@ func (c *Config) Validate() error {
 	if y.PageSize < 1 || y.PageSize > 100000 {
 		p.add("sync.page_size", "%d is out of range; use 1..100000%s", y.PageSize, with("sync.page_size"))
 	}
+	if y.LoadWorkers < 0 || y.LoadWorkers > maxLoadWorkers {
+		p.add("sync.load_workers", "%d is out of range; use 0 (load as a pass) or 1..%d database sessions%s", y.LoadWorkers, maxLoadWorkers, with("sync.load_workers"))
+	} else if y.LoadWorkers > 0 && s.Kind == "http" {
+		p.add("sync.load_workers", "a changes API cannot be read in id ranges; remove it (or set 0) with source.kind http")
+	}
 	if y.Margin.Duration < 0 {
 		p.add("sync.margin", "%s is negative; use 0s or more%s", y.Margin, with("sync.margin"))
 	}
@@ -785,6 +799,7 @@ const (
 	warnMargin       = time.Hour
 	maxLinger        = time.Second
 	minBatchMaxBytes = 16 << 10
+	maxLoadWorkers   = 64
 )
 
 // compressionCodecs are the values of kafka.compression (cli.go maps them

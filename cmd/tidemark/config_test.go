@@ -198,7 +198,7 @@ func TestEveryKeySettable(t *testing.T) {
 		"kafka.compression": "zstd", "kafka.linger": "7ms", "kafka.batch_max_bytes": "64KiB",
 		"sync.page_size": "500", "sync.margin": "30s", "sync.poll_interval": "5s",
 		"sync.poll_jitter": "0.5", "sync.txn_max_records": "600", "sync.txn_max_bytes": "1000",
-		"sync.txn_max_duration": "1s", "sync.retry_timeout": "1h", "sync.once_retry_timeout": "3m", "sync.dedupe_max_entries": "7", "sweep.interval": "1h", "sweep.max_keys_in_memory": "1000", "log.level": "debug",
+		"sync.txn_max_duration": "1s", "sync.load_workers": "3", "sync.retry_timeout": "1h", "sync.once_retry_timeout": "3m", "sync.dedupe_max_entries": "7", "sweep.interval": "1h", "sweep.max_keys_in_memory": "1000", "log.level": "debug",
 		"log.format":        "json",
 		"kafka.tls.enabled": "true", "kafka.tls.ca_file": "/etc/ca.pem", "kafka.tls.cert_file": "/etc/c.pem",
 		"kafka.tls.key_file": "/etc/k.pem", "kafka.tls.server_name": "kafka.internal",
@@ -261,7 +261,7 @@ func TestEveryKeySettable(t *testing.T) {
 			"transaction_timeout: 2m0s", "page_size: 500", "margin: 30s", "poll_interval: 5s",
 			"poll_jitter: 0.5", "txn_max_records: 600", "txn_max_bytes: 1000", "txn_max_duration: 1s",
 			"dedupe_max_entries: 7", "level: debug", "format: json", "horizon: true", "password_env: PW",
-			"notify: n2_changes", "notify_min_gap: 35ms",
+			"notify: n2_changes", "notify_min_gap: 35ms", "load_workers: 3",
 			"compression: zstd", "linger: 7ms", "batch_max_bytes: 65536"} {
 			if !strings.Contains(string(y), want) {
 				t.Errorf("%s: effective config lacks %q:\n%s", name, want, y)
@@ -408,6 +408,7 @@ sync:
   poll_jitter: 1.5
   txn_max_bytes: 0
   txn_max_duration: 3s
+  load_workers: 65
 log:
   level: verbose
   format: xml
@@ -431,13 +432,14 @@ log:
 		"sync.poll_jitter: 1.5 is out of range; use a fraction 0..1 (default 0.2)",
 		"sync.txn_max_bytes: 0 is out of range",
 		"sync.txn_max_duration: 3s is not below kafka.transaction_timeout 2s",
+		"sync.load_workers: 65 is out of range; use 0 (load as a pass) or 1..64 database sessions (default 0)",
 		`log.level: "verbose" is not a level`,
 		`log.format: "xml" is not a format`,
 	)
 	// Each problem names where the value was set.
 	wantContains(t, msg, "tidemark.yaml:17: sync.page_size: 0 is out of range")
-	if n := strings.Count(msg, "\n") + 1; n != 19 {
-		t.Errorf("got %d problems, want 19:\n%s", n, msg)
+	if n := strings.Count(msg, "\n") + 1; n != 20 {
+		t.Errorf("got %d problems, want 20:\n%s", n, msg)
 	}
 
 	// Validate itself joins *ConfigErrors.
