@@ -242,6 +242,9 @@ type Engine struct {
 	lastEnd     endEvidence
 	lastSweep   *SweepResult
 	passesRun   int
+	// loadEnded: the last pass ended an initial load (Once runs one more
+	// pass, for what changed while the load ran).
+	loadEnded bool
 }
 
 type endEvidence struct {
@@ -315,6 +318,12 @@ func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 			rt.progress()
 			e.passesRun++
 			if mode == Once {
+				if e.loadEnded {
+					// The topic holds the load's view; what changed
+					// while it ran is the next pass's.
+					e.loadEnded = false
+					continue
+				}
 				return e.completion(started, "caught up"), nil
 			}
 			if !e.idle(ctx) {

@@ -352,6 +352,7 @@ func (e *Engine) endPass(ctx context.Context) error {
 		}
 	}
 	wasPass := e.cp.Phase
+	e.loadEnded = wasPass == schemas.PhaseSnapshot || wasPass == schemas.PhaseLoad
 	e.cp.Phase = schemas.PhaseIdle
 	e.cp.Cursor, e.cp.PassLow, e.cp.PassMax, e.cp.PassHorizon = "", "", "", ""
 	e.cp.Load = nil
