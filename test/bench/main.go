@@ -78,6 +78,9 @@ type options struct {
 	// compressionOnly loads the table and runs only the kafka.compression
 	// loads (compression.go), printing their lines instead of the report.
 	compressionOnly bool
+	// loadOnly runs only the sync.load_workers scenario (parload.go);
+	// noLoad skips it.
+	loadOnly, noLoad bool
 }
 
 func main() {
@@ -98,9 +101,11 @@ func run() int {
 	flag.BoolVar(&o.profileOnly, "profile-only", false, "only profile an in-process initial load and print the tops (no report)")
 	flag.BoolVar(&o.noWindow, "no-window", false, "skip the bulk-update (window) scenario")
 	flag.BoolVar(&o.notifyOnly, "notify-only", false, "only run the source.notify latency runs on the -rows table and print them (no report)")
+	flag.BoolVar(&o.loadOnly, "load-only", false, "only run the sync.load_workers initial loads on a shuffled -rows table (-pairs rounds) and print them (no report)")
+	flag.BoolVar(&o.noLoad, "no-load", false, "skip the sync.load_workers scenario")
 	flag.BoolVar(&o.compressionOnly, "compression-only", false, "only run the kafka.compression initial loads on the -rows table (-pairs rounds) and print them (no report)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configs, logs, profiles)")
-	flag.DurationVar(&o.deadline, "deadline", 20*time.Minute, "hard limit for the whole run")
+	flag.DurationVar(&o.deadline, "deadline", 30*time.Minute, "hard limit for the whole run")
 	flag.Parse()
 	if o.rows < 10_000 {
 		log.Printf("-rows %d: need at least 10000", o.rows)
@@ -210,6 +215,24 @@ func (b *bench) run(ctx context.Context) error {
 		step(fmt.Sprintf("initial load by kafka.compression %v: %d rounds", benchCodecs, o.pairs))
 		_, err := b.codecLoads(ctx, main, o.rows, o.pairs)
 		return err
+	}
+	if o.loadOnly || !o.noLoad {
+		step(fmt.Sprintf("table %s: %d rows, updated_at shuffled against the heap order", shuffledName(o.rows), o.rows))
+		if b.res.par.table, err = createTableShaped(ctx, b.pool, shuffledName(o.rows), o.rows, true); err != nil {
+			return err
+		}
+		step(fmt.Sprintf("initial load in key order by sync.load_workers %v against the raw unordered pipe: %d rounds", loadWorkerSettings, o.pairs))
+		tbl := b.res.par.table
+		if b.res.par, err = b.parallelLoads(ctx, shuffledName(o.rows), o.rows, o.pairs); err != nil {
+			return fmt.Errorf("parallel load: %w", err)
+		}
+		b.res.par.table = tbl
+		if o.loadOnly {
+			var s strings.Builder
+			b.res.parSummary(&s)
+			fmt.Print(s.String())
+			return nil
+		}
 	}
 	if o.profileOnly {
 		step("profile: in-process initial load with runtime/pprof")
@@ -369,6 +392,8 @@ func (b *bench) next(kind string) string {
 func step(s string) { fmt.Printf("[%s] %s\n", time.Now().Format("15:04:05"), s) }
 
 func tableName(rows int) string { return "bench_" + strconv.Itoa(rows) }
+
+func shuffledName(rows int) string { return "bench_shuffled_" + strconv.Itoa(rows) }
 
 var errMismatch = errors.New("count mismatch")
 

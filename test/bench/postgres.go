@@ -23,6 +23,7 @@ type tableInfo struct {
 	valueBytes float64 // mean octet_length(row_to_json(t)::text)
 	heapMB     float64
 	loadTime   time.Duration
+	shuffled   bool // updated_at unrelated to the heap order
 }
 
 // tiesPerTimestamp is how many rows share one updated_at: many ties, so
@@ -34,6 +35,19 @@ const tiesPerTimestamp = 50
 // text, numeric, jsonb; index on (updated_at, id); VACUUM ANALYZE; then
 // warms the cache (pg_prewarm when available, else a full index walk).
 func createTable(ctx context.Context, pool *pgxpool.Pool, name string, n int) (tableInfo, error) {
+	return createTableShaped(ctx, pool, name, n, false)
+}
+
+// createTableShaped is createTable; with shuffled, updated_at is unrelated
+// to the heap order: row g gets the timestamp of position g*7919 mod n (a
+// permutation of 0..n-1 when 7919, a prime, does not divide n), so a walk
+// in (updated_at, id) order reads the heap at random, as on a table whose
+// rows are updated in no particular order.
+func createTableShaped(ctx context.Context, pool *pgxpool.Pool, name string, n int, shuffled bool) (tableInfo, error) {
+	pos := "g"
+	if shuffled {
+		pos = fmt.Sprintf("(g * 7919 %%%% %d)", n) // %% in the format below
+	}
 	start := time.Now()
 	t := pgx.Identifier{name}.Sanitize()
 	conn, err := pool.Acquire(ctx)
@@ -52,7 +66,7 @@ func createTable(ctx context.Context, pool *pgxpool.Pool, name string, n int) (t
 			attrs      jsonb       NOT NULL)`,
 		fmt.Sprintf(`INSERT INTO %s
 			SELECT g,
-			       timestamptz '2024-01-01 00:00:00+00' + (g / %d) * interval '1 second',
+			       timestamptz '2024-01-01 00:00:00+00' + (`+pos+` / %d) * interval '1 second',
 			       'Order ' || (g * 7919 %% 1000003) || ' for customer ' || (g %% 50000) || ', shipped by ' || (ARRAY['road','rail','air','sea'])[g %% 4 + 1],
 			       (g %% 100000) / 100.0 + 0.01,
 			       jsonb_build_object('plan', (ARRAY['free','pro','team','enterprise'])[g %% 4 + 1], 'seats', g %% 50,
@@ -67,7 +81,7 @@ func createTable(ctx context.Context, pool *pgxpool.Pool, name string, n int) (t
 		}
 	}
 	warm(ctx, conn.Conn(), name)
-	info := tableInfo{rows: n, ties: tiesPerTimestamp, loadTime: time.Since(start)}
+	info := tableInfo{rows: n, ties: tiesPerTimestamp, loadTime: time.Since(start), shuffled: shuffled}
 	var heap int64
 	err = conn.QueryRow(ctx, `SELECT (SELECT avg(octet_length(row_to_json(s)::text)) FROM (SELECT * FROM `+t+` LIMIT 10000) s)::float8,
 		pg_table_size($1::regclass)`, t).Scan(&info.valueBytes, &heap)

@@ -34,6 +34,7 @@ type results struct {
 	elapsed  time.Duration
 
 	compression compressionResult // by kafka.compression (compression.go)
+	par         parResult         // by sync.load_workers (parload.go)
 }
 
 func median(v []float64) float64 {
@@ -153,6 +154,7 @@ func (r *results) render(o options) string {
 		fmt.Fprintf(&b, "| ratio with sync.txn_max_records %d (1 pair) | %.2f (%.0f rows/s) | | |\n", p.txn, p.ratio(), p.tm.rowsPerSec())
 	}
 	r.compressionSummary(&b) // compression.go
+	r.parSummary(&b)         // parload.go
 	fmt.Fprintf(&b, "| CPU per 1M rows, default (median pair): tidemark / PostgreSQL / broker | %.1f s / %.1f s / %.1f s | | |\n",
 		per1M(mp.tm.selfCPU, mp.tm.rows), per1M(mp.tm.pgCPU, mp.tm.rows), per1M(mp.tm.brkCPU, mp.tm.rows))
 	fmt.Fprintf(&b, "| CPU per 1M rows, baseline (same pair): client+broker / PostgreSQL | %.1f s / %.1f s | | |\n",
@@ -182,6 +184,7 @@ func (r *results) render(o options) string {
 	fmt.Fprintf(&b, "\n")
 
 	r.renderCompression(&b) // compression.go
+	r.renderPar(&b)         // parload.go
 
 	// Latency.
 	l := r.latency

@@ -188,6 +188,11 @@ func (p *proc) watchRSS() {
 // tidemarkLoad runs `tidemark run --once --json` on a fresh connector and
 // checks that the topic holds exactly one committed record per row.
 func (b *bench) tidemarkLoad(ctx context.Context, table string, rows, txn int) (loadResult, error) {
+	return b.tidemarkLoadWith(ctx, table, rows, txn)
+}
+
+// tidemarkLoadWith is tidemarkLoad with extra command-line settings.
+func (b *bench) tidemarkLoadWith(ctx context.Context, table string, rows, txn int, extra ...string) (loadResult, error) {
 	r, err := b.newRun(table, txn)
 	if err != nil {
 		return loadResult{}, err
@@ -196,7 +201,7 @@ func (b *bench) tidemarkLoad(ctx context.Context, table string, rows, txn int) (
 	pg0, _ := b.pgCP.sample()
 	brk0 := selfCPU()
 	busy0 := machineBusy()
-	p, err := b.start(r, "run", "--once", "--json")
+	p, err := b.start(r, append([]string{"run", "--once", "--json"}, extra...)...)
 	if err != nil {
 		return loadResult{}, err
 	}
