@@ -242,8 +242,8 @@ type Engine struct {
 	lastEnd     endEvidence
 	lastSweep   *SweepResult
 	passesRun   int
-	// loadEnded: the last pass ended an initial load (Once runs one more
-	// pass, for what changed while the load ran).
+	// loadEnded: the last pass ended a moving initial load in key order
+	// (Once runs one more pass, for what changed while the load ran).
 	loadEnded bool
 }
 
@@ -319,8 +319,8 @@ func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 			e.passesRun++
 			if mode == Once {
 				if e.loadEnded {
-					// The topic holds the load's view; what changed
-					// while it ran is the next pass's.
+					// The topic holds the moving load's view; what
+					// changed while it ran is the next pass's.
 					e.loadEnded = false
 					continue
 				}

@@ -352,7 +352,10 @@ func (e *Engine) endPass(ctx context.Context) error {
 		}
 	}
 	wasPass := e.cp.Phase
-	e.loadEnded = wasPass == schemas.PhaseSnapshot || wasPass == schemas.PhaseLoad
+	// A moving load in key order leaves the topic as of no moment: --once
+	// goes on to the pass that catches up. A consistent load leaves it
+	// equal to the table as of its snapshot, where --once stops.
+	e.loadEnded = wasPass == schemas.PhaseLoad && e.cp.Load != nil && !e.cp.Load.Consistent
 	e.cp.Phase = schemas.PhaseIdle
 	e.cp.Cursor, e.cp.PassLow, e.cp.PassMax, e.cp.PassHorizon = "", "", "", ""
 	e.cp.Load = nil
