@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/user"
 	"strings"
@@ -269,7 +270,10 @@ func cmdStatus(ctx context.Context, a *cli) (err error) {
 	fmt.Fprintf(a.stdout, "committed:    seq %d at %s by run %s\n", cp.Seq, cp.CommittedAt, cp.RunID)
 	fmt.Fprintf(a.stdout, "phase:        %s\n", cp.Phase)
 	fmt.Fprintf(a.stdout, "watermark:    %s\n", orInf(cp.Watermark))
-	if cp.Phase != schemas.PhaseIdle {
+	switch {
+	case cp.Phase == schemas.PhaseLoad && cp.Load != nil:
+		printLoad(a.stdout, cp)
+	case cp.Phase != schemas.PhaseIdle:
 		fmt.Fprintf(a.stdout, "open pass:    from %s, cursor %q, max updated_at %s\n", orInf(cp.PassLow), cp.Cursor, cp.PassMax)
 	}
 	segs := 0
@@ -292,6 +296,38 @@ func cmdStatus(ctx context.Context, a *cli) (err error) {
 		fmt.Fprintf(a.stdout, "fingerprint:  %s DIFFERS from the configuration (%s): %s\n", cp.Fingerprint, sum, strings.Join(DiffFingerprint(cp.FingerprintFields, fields), "; "))
 	}
 	return nil
+}
+
+// printLoad describes an open initial load in key order: how many of its
+// key ranges are done, and where each started one stands.
+func printLoad(w io.Writer, cp *schemas.Checkpoint) {
+	kind := "moving"
+	if cp.Load.Consistent {
+		kind = "consistent (one snapshot shared by its sessions)"
+	}
+	done, started := 0, 0
+	for _, r := range cp.Load.Ranges {
+		switch {
+		case r.Done:
+			done++
+		case r.Cursor != "":
+			started++
+		}
+	}
+	fmt.Fprintf(w, "initial load: in key order, %s; %d of %d key ranges done, %d part way, %d not started; watermark after the load %s\n",
+		kind, done, len(cp.Load.Ranges), started, len(cp.Load.Ranges)-done-started, cp.PassHorizon)
+	for _, r := range cp.Load.Ranges {
+		if r.Cursor != "" && !r.Done {
+			fmt.Fprintf(w, "  range (%s, %s]: at id %s\n", orDash(r.Lo, "first"), orDash(r.Hi, "last"), strings.TrimPrefix(r.Cursor, "i:"))
+		}
+	}
+}
+
+func orDash(s, empty string) string {
+	if s == "" {
+		return empty
+	}
+	return s
 }
 
 // cmdReset records an operator decision: the next run starts from scratch
