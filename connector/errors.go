@@ -13,6 +13,11 @@ var ErrFenced = errors.New("fenced by another instance with the same connector n
 // a bad row type, a missing table). Wrap it to stop without retrying.
 var ErrPermanent = errors.New("permanent failure")
 
+// ErrInitialLoadOpen is returned by a sweep asked for while the initial
+// load is not finished (with ErrPermanent): it would publish the rows the
+// load has not reached, which the load then publishes again.
+var ErrInitialLoadOpen = errors.New("the initial load is not finished")
+
 // StopError is a safety stop: the connector cannot continue without an
 // operator decision (docs/design.md, "Safety stops"). It never guesses.
 type StopError struct {

@@ -91,6 +91,13 @@ func (e *Engine) Sweep(ctx context.Context, topic TopicView) (SweepResult, error
 			return SweepResult{}, err
 		}
 	}
+	if p := e.cp.Phase; p == schemas.PhaseLoad || p == schemas.PhaseSnapshot {
+		// The rows the load has not reached are missing from the topic: a
+		// sweep would republish them, and B, pruned to the load's floor,
+		// would not stop the resumed load from publishing them again.
+		return SweepResult{}, fmt.Errorf("%w (phase %s, committed seq %d): a sweep now would republish every row the load has not reached yet, and the load would then publish them again; "+
+			"finish the load with `tidemark run --once` (or let `tidemark run` finish it), then sweep: %w", ErrInitialLoadOpen, p, e.cp.Seq, ErrPermanent)
+	}
 	start := time.Now()
 	if e.cp.Sweep == nil {
 		e.cp.Sweep = &schemas.SweepProgress{StartedAt: schemas.FormatTime(e.cfg.Now())}

@@ -9,7 +9,8 @@ import (
 
 // TestCLIKeyLoadCrashStatusResume: an initial load in key order
 // (sync.load_workers: 2) crashes at its third commit; status shows the
-// open load's progress, range by range, and the next run --once resumes it
+// open load's progress, range by range, a sweep is refused (exit 2), and
+// the next run --once resumes it
 // and ends with the topic equal to the table, nothing published twice.
 func TestCLIKeyLoadCrashStatusResume(t *testing.T) {
 	w := newVFWorld(t, "  page_size: 2\n  txn_max_records: 2\n  load_workers: 2\n")
@@ -29,6 +30,11 @@ func TestCLIKeyLoadCrashStatusResume(t *testing.T) {
 	t.Logf("status:\n%s", out)
 	if strings.Contains(out, "open pass:") {
 		t.Errorf("status describes the open load as a pass:\n%s", out)
+	}
+	// A sweep now would publish the rows the load has not reached, which
+	// the load then publishes again: refused, exit 2, naming the fix.
+	if code, out, errOut = w.cli("sweep"); code != exitConfig || !strings.Contains(errOut, "run --once") {
+		t.Errorf("sweep during the open load: exit %d, want %d naming `run --once`\n%s\n%s", code, exitConfig, out, errOut)
 	}
 	if code, out, errOut = w.subprocess(nil, "run", "--once"); code != exitOK {
 		t.Fatalf("run --once after the crash: exit %d\n%s\n%s", code, out, errOut)

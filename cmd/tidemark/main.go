@@ -141,7 +141,7 @@ func exitCode(err error) int {
 		return exitMismatch
 	case errors.As(err, &stop):
 		return exitDecision
-	case errors.As(err, &cfgErr), errors.Is(err, postgres.ErrBadConfig), errors.Is(err, errUsage):
+	case errors.As(err, &cfgErr), errors.Is(err, postgres.ErrBadConfig), errors.Is(err, errUsage), errors.Is(err, connector.ErrInitialLoadOpen):
 		return exitConfig
 	}
 	return exitFailure

@@ -1,0 +1,94 @@
+package connector_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidemark/tidemark/connector"
+	"github.com/tidemark/tidemark/fold"
+	"github.com/tidemark/tidemark/schemas"
+)
+
+// sweepKeyTable is memKeyTable that can list its live rows, for a sweep.
+type sweepKeyTable struct{ *memKeyTable }
+
+func (s sweepKeyTable) ScanLive(ctx context.Context, fn func(*connector.Row) error) (time.Time, error) {
+	s.mu.Lock()
+	var rows []connector.Row
+	for id, r := range s.rows {
+		if !r.deleted {
+			rows = append(rows, connector.Row{ID: id, UpdatedAt: r.ts, Value: []byte(fmt.Sprintf(`{"id":%q,"v":%q}`, id, r.val))})
+		}
+	}
+	s.mu.Unlock()
+	view := time.Now()
+	for i := range rows {
+		if err := fn(&rows[i]); err != nil {
+			return view, err
+		}
+	}
+	return view, nil
+}
+
+// `tidemark sweep` (SweepOnce) while an initial load in key order is open
+// (a load stopped part way) is refused: it would republish every row the
+// load has not reached yet as "missing from the topic", and its B entries
+// for them fall below the load's floor (C - margin) at its commit, so the
+// resumed load would publish the same rows again. Once the load is done,
+// the sweep runs and finds nothing to repair; nothing is published twice.
+func TestSweepIsRefusedWhileAKeyLoadIsOpen(t *testing.T) {
+	r := newRig(t)
+	m := newMemKeyTable()
+	seedRandom(m, rand.New(rand.NewPCG(11, 12)), 300) // dated t0 .. t0+1h, long before the clock
+	src := sweepKeyTable{m}
+	cfg := connector.Config{PageSize: 10, TxnMaxRecords: 20, Margin: time.Second, LoadWorkers: 2}
+
+	// The load stops part way: an open load is committed.
+	ctx, cancel := context.WithCancel(context.Background())
+	m.onLoad = func(n int) {
+		if n == 8 {
+			cancel()
+		}
+	}
+	e, _ := r.engine(src, cfg)
+	if _, err := e.Run(ctx, connector.Once); err != nil {
+		t.Fatal(err)
+	}
+	m.onLoad = nil
+	cp, err := r.store().Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp.Phase != schemas.PhaseLoad {
+		t.Fatalf("phase %s, want an open load", cp.Phase)
+	}
+
+	// The operator runs a sweep now: refused, naming the fix.
+	e, _ = r.engine(src, cfg)
+	res, err := e.SweepOnce(context.Background(), fold.Topic{Opts: r.opts, Topic: r.topic})
+	if !errors.Is(err, connector.ErrInitialLoadOpen) || !connector.Fatal(err) || !strings.Contains(err.Error(), "run --once") {
+		t.Fatalf("sweep during the open load: %v (%s); want ErrInitialLoadOpen, fatal, naming run --once", err, res)
+	}
+	if after, err := r.store().Load(context.Background()); err != nil || after.Seq != cp.Seq {
+		t.Fatalf("the refused sweep committed: seq %d -> %+v, %v", cp.Seq, after, err)
+	}
+
+	// The load resumes and ends; a sweep then repairs nothing.
+	r.once(src, cfg)
+	e, _ = r.engine(src, cfg)
+	if res, err = e.SweepOnce(context.Background(), fold.Topic{Opts: r.opts, Topic: r.topic}); err != nil {
+		t.Fatalf("sweep after the load: %v", err)
+	}
+	if res.Repaired+res.Tombstoned != 0 {
+		t.Errorf("sweep after the load repaired %d and tombstoned %d rows, want 0", res.Repaired, res.Tombstoned)
+	}
+	st := r.assertFolded(m.expected())
+	if d := dupes(st); len(d) > 0 {
+		t.Errorf("%d row versions published twice, e.g. %v", len(d), d[:min(3, len(d))])
+	}
+}
