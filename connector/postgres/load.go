@@ -130,9 +130,12 @@ func (s *Source) splitKeys(ctx context.Context, q querier, n int) ([]connector.K
 		filter = " WHERE (" + s.cfg.Filter + "\n)" // see checkFilter
 	}
 	id := quote(sh.tbl.id.name)
-	// The output column is not named like the id, so ORDER BY sorts by
-	// the id itself, in its own type and collation, not by its text.
-	rows, err := q.Query(ctx, "SELECT "+id+"::text AS tidemark_split_key FROM "+sh.tbl.ident+" TABLESAMPLE SYSTEM ($1)"+filter+" ORDER BY "+id, pct)
+	// ORDER BY a qualified column sorts by the id itself, in its own type
+	// and collation: a bare name would resolve to an output column first,
+	// the id's text, whatever the id is called. The filter stays in an
+	// unaliased FROM, as in every other query.
+	rows, err := q.Query(ctx, "SELECT tidemark_sample."+id+"::text FROM (SELECT "+id+" FROM "+sh.tbl.ident+" TABLESAMPLE SYSTEM ($1)"+filter+
+		") AS tidemark_sample ORDER BY tidemark_sample."+id, pct)
 	if err != nil {
 		return nil, fmt.Errorf("sample the ids of %s: %w", sh.tbl.ident, err)
 	}
