@@ -126,19 +126,38 @@ func (e *Engine) pass(ctx context.Context) error {
 	}
 	e.log.Debug("pass", "phase", e.cp.Phase, "since", orInf(e.cp.PassLow), "cursor", e.cp.Cursor)
 	pages := 0
+	// ahead is the next page, fetched while the transaction before it
+	// commits (a commit part way through the pass), so that the page joins
+	// the next transaction instead of waiting for the commit. Whatever way
+	// the pass ends, a fetch still in flight is cancelled and waited for.
+	var ahead *fetchAhead
+	defer func() { ahead.stop() }()
 	for {
 		if ctx.Err() != nil {
 			return e.finish(ctx)
 		}
 		req := PageRequest{Since: since, Cursor: e.cp.Cursor, Limit: e.cfg.PageSize, Skip: skip, Mark: e.cp.PassMark}
 		fetchStart := time.Now()
-		fctx, cancel := ctx, context.CancelFunc(func() {})
-		if e.txOpen {
-			fctx, cancel = context.WithDeadline(ctx, e.fetchDeadline())
+		var (
+			page Page
+			err  error
+			cut  bool
+		)
+		if ahead != nil && ahead.req.Cursor == req.Cursor && !e.txOpen {
+			page, err = ahead.wait()
+			fetchStart = time.Now().Add(-ahead.took) // the fetch's own time, not the commit's
+			ahead = nil
+		} else {
+			ahead.stop()
+			ahead = nil
+			fctx, cancel := ctx, context.CancelFunc(func() {})
+			if e.txOpen {
+				fctx, cancel = context.WithDeadline(ctx, e.fetchDeadline())
+			}
+			page, err = src.Page(fctx, req)
+			cut = fctx.Err() != nil && ctx.Err() == nil
+			cancel()
 		}
-		page, err := src.Page(fctx, req)
-		cut := fctx.Err() != nil && ctx.Err() == nil
-		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return e.finish(ctx)
@@ -186,11 +205,52 @@ func (e *Engine) pass(ctx context.Context) error {
 		}
 		e.cp.Cursor = page.Next
 		if e.txFull() {
+			// No transaction is open once the commit returns, so the
+			// page fetched meanwhile needs no transaction deadline.
+			ahead = fetchNext(ctx, src, PageRequest{Since: since, Cursor: e.cp.Cursor, Limit: e.cfg.PageSize, Skip: skip, Mark: e.cp.PassMark})
 			if err := e.commit(ctx); err != nil {
 				return err
 			}
 		}
 	}
+}
+
+// fetchAhead is a page fetch running in its own goroutine.
+type fetchAhead struct {
+	req    PageRequest
+	took   time.Duration
+	cancel context.CancelFunc
+	done   chan struct{}
+	page   Page
+	err    error
+}
+
+func fetchNext(ctx context.Context, src Source, req PageRequest) *fetchAhead {
+	fctx, cancel := context.WithCancel(ctx)
+	f := &fetchAhead{req: req, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		start := time.Now()
+		f.page, f.err = src.Page(fctx, req)
+		f.took = time.Since(start)
+	}()
+	return f
+}
+
+// wait returns the fetched page.
+func (f *fetchAhead) wait() (Page, error) {
+	<-f.done
+	f.cancel()
+	return f.page, f.err
+}
+
+// stop cancels the fetch, if any, and waits for it to end.
+func (f *fetchAhead) stop() {
+	if f == nil {
+		return
+	}
+	f.cancel()
+	<-f.done
 }
 
 // reportFuture warns of the rows of the pass dated after the source's

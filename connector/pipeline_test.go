@@ -1,0 +1,103 @@
+package connector_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tidemark/tidemark/connector"
+	"github.com/tidemark/tidemark/producer"
+)
+
+// signalTable is memTable that signals every Page call as it starts.
+type signalTable struct {
+	*memTable
+	fetched chan struct{}
+}
+
+func (s signalTable) Page(ctx context.Context, req connector.PageRequest) (connector.Page, error) {
+	select {
+	case s.fetched <- struct{}{}:
+	default:
+	}
+	return s.memTable.Page(ctx, req)
+}
+
+// watchedCommit holds each commit until a page fetch starts (or 300 ms
+// pass), and counts the commits a fetch overlapped. failAt makes that
+// commit fail without committing (its outcome then looks unknown).
+type watchedCommit struct {
+	*producer.Writer
+	fetched    chan struct{}
+	commits    int
+	overlapped int
+	failAt     int
+	failed     atomic.Bool
+}
+
+func (w *watchedCommit) Commit(ctx context.Context, c *connector.Commit) error {
+	for len(w.fetched) > 0 {
+		<-w.fetched // fetches that started before this commit
+	}
+	w.commits++
+	select {
+	case <-w.fetched:
+		w.overlapped++
+	case <-time.After(300 * time.Millisecond):
+	}
+	if w.commits == w.failAt {
+		w.failed.Store(true)
+		return errors.New("injected: commit outcome unknown")
+	}
+	return w.Writer.Commit(ctx, c)
+}
+
+// A pass that commits part way (sync.txn_max_records) fetches its next
+// page while the commit is in flight, so that page joins the next
+// transaction instead of waiting for the commit; a commit that fails with
+// a fetch in flight is recovered with nothing lost or published twice.
+func TestNextPageIsFetchedWhileACommitIsInFlight(t *testing.T) {
+	for _, failAt := range []int{0, 2} {
+		t.Run(fmt.Sprintf("fail_commit_%d", failAt), func(t *testing.T) {
+			r := newRig(t)
+			m := newMemTable()
+			for i := range 100 {
+				m.set(fmt.Sprintf("k%03d", i), t0.Add(time.Duration(i)*time.Second), "v", false)
+			}
+			fetched := make(chan struct{}, 1)
+			src := signalTable{m, fetched}
+			w, err := producer.New(context.Background(), producer.Config{Name: r.name, Topic: r.topic, OffsetsTopic: r.offsets, LedgerTopic: r.ledger, Opts: r.opts})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(w.Close)
+			pub := &watchedCommit{Writer: w, fetched: fetched, failAt: failAt}
+			cfg := connector.Config{Name: r.name, Fingerprint: "fp1", PageSize: 10, TxnMaxRecords: 20, Margin: time.Second,
+				Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+			e, err := connector.New(cfg, src, pub, r.store())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.Run(context.Background(), connector.Once); err != nil {
+				t.Fatal(err)
+			}
+			st := r.assertFolded(m.expected())
+			if d := dupes(st); len(d) > 0 {
+				t.Errorf("published twice: %v", d)
+			}
+			// 100 rows in pages of 10, a commit every 20 records: the
+			// commits part way through the pass (not the one that ends it)
+			// each overlap the next page's fetch.
+			if pub.overlapped < 4 {
+				t.Errorf("%d of %d commits overlapped a page fetch, want at least the 4 made part way through the pass", pub.overlapped, pub.commits)
+			}
+			if failAt > 0 && !pub.failed.Load() {
+				t.Errorf("commit %d never failed", failAt)
+			}
+		})
+	}
+}
