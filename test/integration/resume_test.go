@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -18,16 +19,20 @@ import (
 // TestStopAndResume cancels the run from inside the source after page k,
 // then runs again: the final state equals the table and no (id, value) was
 // published twice. With one page per transaction the stop lands between
-// commits; with the default bounds the pages read so far sit in the open
-// transaction, which the clean stop commits.
+// commits: page k is fetched while the commit of page k-1 is in flight,
+// and it is published if that commit ended first, or else dropped (never
+// handed to the producer) and read again by the resumed run. With the
+// default bounds the pages read so far sit in the open transaction, which
+// the clean stop commits.
 func TestStopAndResume(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		txRecords int
 		k         int
+		kept      []int // rows the stopped run may commit
 	}{
-		{"commit_per_page", 3, 4},
-		{"open_transaction_at_stop", 0, 3},
+		{"commit_per_page", 3, 4, []int{9, 12}},
+		{"open_transaction_at_stop", 0, 3, []int{9}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t, rig.ItemsDDL, "items")
@@ -51,11 +56,12 @@ func TestStopAndResume(t *testing.T) {
 			if pagesServed != tc.k {
 				t.Errorf("the engine read %d pages after the cancel at page %d", pagesServed-tc.k, tc.k)
 			}
-			// The stop kept exactly the pages read: 3*k rows, committed, and
-			// the checkpoint resumes the open pass after them.
+			// The stop kept the pages handed to the producer, committed,
+			// and the checkpoint resumes the open pass after them.
 			st := r.Fold()
-			if len(st.Live) != 3*tc.k || c.Published != int64(3*tc.k) {
-				t.Errorf("after the stop: %d live keys, %d published; want %d", len(st.Live), c.Published, 3*tc.k)
+			kept := int(c.Published)
+			if len(st.Live) != kept || !slices.Contains(tc.kept, kept) {
+				t.Errorf("after the stop: %d live keys, %d published; want one of %v", len(st.Live), c.Published, tc.kept)
 			}
 			cp := r.Checkpoint()
 			if cp.Phase != schemas.PhasePass || cp.Cursor == "" {
@@ -64,8 +70,8 @@ func TestStopAndResume(t *testing.T) {
 			c2 := r.Once(r.Src, cfg)
 			st = r.AssertTable()
 			rig.AssertNoDupes(t, st)
-			if c2.Published != int64(20-3*tc.k) {
-				t.Errorf("resumed run published %d, want %d", c2.Published, 20-3*tc.k)
+			if c2.Published != int64(20-kept) {
+				t.Errorf("resumed run published %d, want %d", c2.Published, 20-kept)
 			}
 			if st.Records != 20 {
 				t.Errorf("the topic holds %d records, want 20", st.Records)
