@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -51,8 +52,25 @@ func (s *Store) FailClosed(ledger *Ledger, dataTopic string) *Store {
 // just fenced this one) leaves the ledger ahead of the checkpoint read.
 // Load then reads both again, a few times, before it calls the ledger's
 // lead a lost checkpoint.
+//
+// A caller that set its own ViewWait on ctx (a read-only command reading
+// the topics as they stand) may get views cut short by an open transaction,
+// one topic's and not the other's: the audit's verdict then proves nothing,
+// and Load returns the checkpoint with an error wrapping
+// ErrAuditInconclusive and what the audit found.
 func (s *Store) Load(ctx context.Context) (*schemas.Checkpoint, error) {
 	ctx, view := strictView(ctx)
+	var cut atomic.Bool
+	if w, ok := fold.ViewWaitOf(ctx); ok && view == nil {
+		report := w.Report
+		w.Report = func(o fold.OpenTxn) {
+			cut.Store(true)
+			if report != nil {
+				report(o)
+			}
+		}
+		ctx = fold.WithViewWait(ctx, w)
+	}
 	var cp *schemas.Checkpoint
 	for attempt := 1; ; attempt++ {
 		var err error
@@ -67,6 +85,9 @@ func (s *Store) Load(ctx context.Context) (*schemas.Checkpoint, error) {
 		if verr := view.err(); verr != nil {
 			return nil, verr // what the audit found in a partial view proves nothing
 		}
+		if err != nil && cut.Load() {
+			return cp, fmt.Errorf("%w: %w", ErrAuditInconclusive, err)
+		}
 		if errors.Is(err, errLedgerAhead) && attempt < loadAttempts {
 			continue
 		}
@@ -80,12 +101,21 @@ func (s *Store) Load(ctx context.Context) (*schemas.Checkpoint, error) {
 		if verr := view.err(); verr != nil {
 			return nil, verr
 		}
+		if err != nil && cut.Load() {
+			return nil, fmt.Errorf("%w: %w", ErrAuditInconclusive, err)
+		}
 		if err != nil {
 			return nil, err
 		}
 	}
 	return cp, nil
 }
+
+// ErrAuditInconclusive wraps what the ledger audit found when the caller's
+// own view of the topics was cut short by an open transaction (see Load):
+// the checkpoint returned with it is the newest committed before that
+// transaction, and the audit may be fine once it is resolved.
+var ErrAuditInconclusive = errors.New("the ledger audit is inconclusive while a transaction is open on the shared topics")
 
 // loadAttempts bounds how often Load reads the checkpoint again when the
 // ledger is ahead of it.
