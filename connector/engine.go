@@ -74,7 +74,9 @@ type CheckpointStore interface {
 	// refs. A record that is missing or has another key is an error.
 	State(ctx context.Context, refs []StateRef) ([][]byte, error)
 	// LastRun returns the run id of the connector's latest committed
-	// run-start entry in the ledger, "" when there is none (or no ledger).
+	// run-start entry in the ledger, "" when there is none (or no ledger),
+	// or when the store cannot tell (a view cut short by a transaction
+	// still open): "" never stops a run as fenced.
 	LastRun(ctx context.Context) (string, error)
 }
 

@@ -217,22 +217,34 @@ func (s *Store) State(ctx context.Context, refs []connector.StateRef) ([][]byte,
 }
 
 // LastRun returns the run id of the connector's latest run-start entry in
-// the ledger, or "" when there is none or no ledger.
+// the ledger, or "" when there is none, no ledger, or no verdict.
 //
-// It reads the view as it stands, without waiting for open transactions
-// (ErrViewOpen is for the checkpoint): the engine asks it before its own
-// session has resolved its last transaction (docs/design.md, "One writer",
-// step 3), which may still be open on the ledger, and a newer run of this
-// connector that it may hide would have fenced that session, which the
-// recovery and the checkpoint read after it then find. At start it is
-// asked right after Load, whose view was complete.
+// It does not fail on open transactions (ErrViewOpen is for the
+// checkpoint): the engine asks it before its own session has resolved its
+// last transaction (docs/design.md, "One writer", step 3), which may still
+// be open on the ledger. It waits a moment (lastRunWait) for the open
+// transactions to end; a view still cut short by one then proves nothing:
+// this connector's newest run-start entry may lie beyond it, and the
+// newest the view shows would be an older run, so it returns "" rather
+// than name one. At start it is asked right after Load, whose view was
+// complete. A caller's own ViewWait is kept.
 func (s *Store) LastRun(ctx context.Context) (string, error) {
-	if _, ok := fold.ViewWaitOf(ctx); !ok {
-		ctx = fold.WithViewWait(ctx, fold.ViewWait{Timeout: -1})
-	}
 	if s.ledger == nil {
 		return "", nil
 	}
+	var cut atomic.Bool
+	w, ok := fold.ViewWaitOf(ctx)
+	if !ok {
+		w = fold.ViewWait{Timeout: lastRunWait}
+	}
+	report := w.Report
+	w.Report = func(o fold.OpenTxn) {
+		cut.Store(true)
+		if report != nil {
+			report(o)
+		}
+	}
+	ctx = fold.WithViewWait(ctx, w)
 	last := ""
 	err := s.ledger.Entries(ctx, auditWindow, func(e *schemas.LedgerEntry) error {
 		if e.Kind == schemas.LedgerRun {
@@ -240,8 +252,15 @@ func (s *Store) LastRun(ctx context.Context) (string, error) {
 		}
 		return nil
 	})
-	return last, err
+	if err != nil || cut.Load() {
+		return "", err
+	}
+	return last, nil
 }
+
+// lastRunWait bounds how long LastRun waits for the transactions open on
+// the ledger: another connector's commit holds the ledger for milliseconds.
+var lastRunWait = 500 * time.Millisecond
 
 // noRecordsOfOurs fails when the data topic already holds a committed record
 // published by this connector.
