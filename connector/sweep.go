@@ -102,7 +102,10 @@ func (e *Engine) Sweep(ctx context.Context, topic TopicView) (SweepResult, error
 	if e.cp.Sweep == nil {
 		e.cp.Sweep = &schemas.SweepProgress{StartedAt: schemas.FormatTime(e.cfg.Now())}
 	}
-	var res SweepResult
+	// A sweep resumed after a failure or a crash counts on from what its
+	// committed part repaired and tombstoned: those keys now match, so the
+	// new scan does not meet them again.
+	res := SweepResult{Tombstoned: e.cp.Sweep.Tombstoned, Repaired: e.cp.Sweep.Repaired}
 	var lowB int64 = -1 << 63
 	if e.cp.Watermark != "" {
 		if w, err := schemas.ParseTime(e.cp.Watermark); err == nil {
