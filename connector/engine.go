@@ -594,7 +594,11 @@ func (e *Engine) checkSuperseded(ctx context.Context) error {
 	if err != nil {
 		return staged("checkpoint", fmt.Errorf("read the latest run from the ledger: %w", err))
 	}
-	if last == "" || last == e.runID || !e.started && last == e.prevRun {
+	// Only a run whose start entry follows this run's is newer. The run
+	// that was newest when this one started is older: a ledger that shows
+	// it last does not show this run's own entry (a view cut short, or a
+	// broker that lost it) and proves nothing.
+	if last == "" || last == e.runID || last == e.prevRun {
 		return nil
 	}
 	return fmt.Errorf("%w: run %s of connector %q started after this one (run %s); this one stops and writes nothing more",
