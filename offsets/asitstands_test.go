@@ -6,13 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/tidemark/tidemark/fold"
 	"github.com/tidemark/tidemark/offsets"
 	"github.com/tidemark/tidemark/schemas"
-	"github.com/tidemark/tidemark/test/harness"
 )
 
 // `tidemark status` and `tidemark check` read the fail-closed store as it
@@ -34,16 +30,7 @@ func TestAsItStandsReadIsNoFalseSafetyStop(t *testing.T) {
 		{"x_open_on_the_offsets_only", "off"}, // x killed after flushing its dedupe-set segments
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			k := harness.NewKafka(t)
-			opts := []kgo.Opt{kgo.SeedBrokers(k.Brokers...)}
-			adm, err := kgo.NewClient(opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer adm.Close()
-			if _, err := kadm.NewClient(adm).CreateTopics(context.Background(), 1, 1, nil, "off", "led"); err != nil {
-				t.Fatal(err)
-			}
+			opts := offLedTopics(t)
 			c1 := txnWriter(t, opts, "tidemark-c")
 			put(t, c1, "off", "c", checkpoint(t, 1, "p1"))
 			put(t, c1, "led", "c", ledgerEntry(t, schemas.LedgerTxn, 1, "p1"))

@@ -4,12 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/tidemark/tidemark/offsets"
 	"github.com/tidemark/tidemark/schemas"
-	"github.com/tidemark/tidemark/test/harness"
 )
 
 func runEntry(t *testing.T, run string) []byte {
@@ -29,16 +25,7 @@ func runEntry(t *testing.T, run string) []byte {
 // it would stop this run as fenced (exit 4) when nothing fenced it. A view
 // cut short proves nothing: LastRun says "" (no verdict).
 func TestLastRunNamesNoOlderRunFromACutView(t *testing.T) {
-	k := harness.NewKafka(t)
-	opts := []kgo.Opt{kgo.SeedBrokers(k.Brokers...)}
-	adm, err := kgo.NewClient(opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer adm.Close()
-	if _, err := kadm.NewClient(adm).CreateTopics(context.Background(), 1, 1, nil, "off", "led"); err != nil {
-		t.Fatal(err)
-	}
+	opts := offLedTopics(t)
 	c1 := txnWriter(t, opts, "tidemark-c")
 	put(t, c1, "led", "c", runEntry(t, "r1"))
 	endTxn(t, c1, true)

@@ -16,6 +16,23 @@ import (
 )
 
 // txnWriter is another connector's producer on a shared topic.
+// offLedTopics starts a broker with the one-partition topics "off" (the
+// offsets topic) and "led" (the ledger) and returns the options to reach it.
+func offLedTopics(t *testing.T) []kgo.Opt {
+	t.Helper()
+	k := harness.NewKafka(t)
+	opts := []kgo.Opt{kgo.SeedBrokers(k.Brokers...)}
+	adm, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	if _, err := kadm.NewClient(adm).CreateTopics(context.Background(), 1, 1, nil, "off", "led"); err != nil {
+		t.Fatal(err)
+	}
+	return opts
+}
+
 func txnWriter(t *testing.T, opts []kgo.Opt, id string) *kgo.Client {
 	t.Helper()
 	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, opts...), kgo.TransactionalID(id))...)
@@ -51,16 +68,7 @@ func endTxn(t *testing.T, cl *kgo.Client, commit bool) {
 // open transaction, so read_committed never delivers it.
 func sharedTopics(t *testing.T) []kgo.Opt {
 	t.Helper()
-	k := harness.NewKafka(t)
-	opts := []kgo.Opt{kgo.SeedBrokers(k.Brokers...)}
-	adm, err := kgo.NewClient(opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer adm.Close()
-	if _, err := kadm.NewClient(adm).CreateTopics(context.Background(), 1, 1, nil, "off", "led"); err != nil {
-		t.Fatal(err)
-	}
+	opts := offLedTopics(t)
 	c1 := txnWriter(t, opts, "tidemark-c")
 	put(t, c1, "off", "c", checkpoint(t, 1, "p1"))
 	put(t, c1, "led", "c", ledgerEntry(t, schemas.LedgerTxn, 1, "p1"))

@@ -6,13 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/offsets"
 	"github.com/tidemark/tidemark/schemas"
-	"github.com/tidemark/tidemark/test/harness"
 )
 
 // A connector's newest checkpoint and ledger entry committed after another
@@ -24,16 +20,7 @@ import (
 // engine's reads (no ViewWait of the caller's) therefore fail transiently
 // while it stays open, and read the newest once it is resolved.
 func TestLoadNeverReadsAViewCutShortByAnotherConnectorsOpenTransaction(t *testing.T) {
-	k := harness.NewKafka(t)
-	opts := []kgo.Opt{kgo.SeedBrokers(k.Brokers...)}
-	adm, err := kgo.NewClient(opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer adm.Close()
-	if _, err := kadm.NewClient(adm).CreateTopics(context.Background(), 1, 1, nil, "off", "led"); err != nil {
-		t.Fatal(err)
-	}
+	opts := offLedTopics(t)
 	c1 := txnWriter(t, opts, "tidemark-c")
 	put(t, c1, "off", "c", checkpoint(t, 1, "p1"))
 	put(t, c1, "led", "c", ledgerEntry(t, schemas.LedgerTxn, 1, "p1"))

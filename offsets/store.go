@@ -60,16 +60,9 @@ func (s *Store) FailClosed(ledger *Ledger, dataTopic string) *Store {
 // ErrAuditInconclusive and what the audit found.
 func (s *Store) Load(ctx context.Context) (*schemas.Checkpoint, error) {
 	ctx, view := strictView(ctx)
-	var cut atomic.Bool
+	cut := new(atomic.Bool)
 	if w, ok := fold.ViewWaitOf(ctx); ok && view == nil {
-		report := w.Report
-		w.Report = func(o fold.OpenTxn) {
-			cut.Store(true)
-			if report != nil {
-				report(o)
-			}
-		}
-		ctx = fold.WithViewWait(ctx, w)
+		ctx, cut = watchCut(ctx, w)
 	}
 	var cp *schemas.Checkpoint
 	for attempt := 1; ; attempt++ {
@@ -232,19 +225,11 @@ func (s *Store) LastRun(ctx context.Context) (string, error) {
 	if s.ledger == nil {
 		return "", nil
 	}
-	var cut atomic.Bool
 	w, ok := fold.ViewWaitOf(ctx)
 	if !ok {
 		w = fold.ViewWait{Timeout: lastRunWait}
 	}
-	report := w.Report
-	w.Report = func(o fold.OpenTxn) {
-		cut.Store(true)
-		if report != nil {
-			report(o)
-		}
-	}
-	ctx = fold.WithViewWait(ctx, w)
+	ctx, cut := watchCut(ctx, w)
 	last := ""
 	err := s.ledger.Entries(ctx, auditWindow, func(e *schemas.LedgerEntry) error {
 		if e.Kind == schemas.LedgerRun {
@@ -256,6 +241,20 @@ func (s *Store) LastRun(ctx context.Context) (string, error) {
 		return "", err
 	}
 	return last, nil
+}
+
+// watchCut puts w on ctx with its Report also noting, in cut, that a view
+// stopped before an open transaction.
+func watchCut(ctx context.Context, w fold.ViewWait) (context.Context, *atomic.Bool) {
+	cut := new(atomic.Bool)
+	report := w.Report
+	w.Report = func(o fold.OpenTxn) {
+		cut.Store(true)
+		if report != nil {
+			report(o)
+		}
+	}
+	return fold.WithViewWait(ctx, w), cut
 }
 
 // lastRunWait bounds how long LastRun waits for the transactions open on
