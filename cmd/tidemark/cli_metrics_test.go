@@ -89,7 +89,11 @@ func TestCLIMetricsAfterSync(t *testing.T) {
 		_, body, err := httpGet("http://" + addr + "/metrics")
 		if err == nil {
 			if v, _ := sample(body, "tidemark_rows_published_total"); v == 7 {
-				if _, ok := sample(body, "tidemark_caught_up_age_seconds"); ok {
+				// Caught up is seen at the empty page, before the
+				// commit that ends the pass: wait for that commit too.
+				_, caught := sample(body, "tidemark_caught_up_age_seconds")
+				_, committed := sample(body, "tidemark_checkpoint_age_seconds")
+				if caught && committed {
 					scrape = body
 					break
 				}
