@@ -49,6 +49,14 @@ type Config struct {
 	Metrics MetricsConfig `yaml:"metrics"`
 	// Embedded configures the embedded broker (embedded.go).
 	Embedded EmbeddedConfig `yaml:"embedded"`
+	// Group configures the consumer group that the processes of a
+	// configuration with tables form (tasks.go).
+	Group GroupConfig `yaml:"group"`
+
+	// Tasks are the tables of a `tables:` list, sorted by task name, each
+	// with its whole configuration (tasks.go). Empty for a single-table
+	// configuration.
+	Tasks []Task `yaml:"-"`
 
 	// origin maps each dotted key set explicitly (by the file, the
 	// environment or an override) to where it was set: "tidemark.yaml:12",
@@ -189,6 +197,10 @@ type KafkaConfig struct {
 	Brokers []string `yaml:"brokers"`
 	// Topic is the compacted data topic. Default source.table.
 	Topic string `yaml:"topic"`
+	// TopicPrefix starts the topic name of each table of a `tables:` list:
+	// <topic_prefix><schema>.<table>, as Kafka Connect and Debezium name
+	// them. Default "". Only with tables.
+	TopicPrefix string `yaml:"topic_prefix"`
 	// OffsetsTopic is the compacted, single-partition topic holding
 	// checkpoints. Default "tidemark-offsets".
 	OffsetsTopic string `yaml:"offsets_topic"`
@@ -375,6 +387,8 @@ var defaults = map[string]string{
 	"source.on_schema_change":   "continue",
 	"source.notify_min_gap":     "20ms",
 	"kafka.offsets_topic":       "tidemark-offsets",
+	"group.session_timeout":     "45s",
+	"group.rebalance_timeout":   "60s",
 	"kafka.ledger_topic":        "tidemark-ledger",
 	"kafka.ledger_retention":    "168h",
 	"kafka.partitions":          "6",
@@ -484,6 +498,9 @@ func LoadConfig(path string, env func(string) string, overrides []string) (*Conf
 			continue
 		}
 		l.set(key, val, originCommandLine)
+	}
+	if l.tables != nil {
+		return l.loadTasks() // tasks.go
 	}
 	c := l.c
 	c.ApplyDefaults()
@@ -787,6 +804,7 @@ func (c *Config) Validate() error {
 	c.validateSecurity(p)
 	c.validateMetrics(p)
 	c.validateEmbedded(p)
+	c.validateGroup(p)
 	return errors.Join(p.errs...)
 }
 
@@ -820,6 +838,9 @@ func (c *Config) Warnings() []string {
 		w = append(w, fmt.Sprintf("sync.margin %s is long: every pass re-reads every row changed in the last %s (deduplicated, but read)", d, d))
 	}
 	w = append(w, c.notifyWarnings()...) // notify.go
+	if len(c.Tasks) == 0 && c.Kafka.TopicPrefix != "" {
+		w = append(w, "kafka.topic_prefix is ignored: it names the topics of a tables: list, and this configuration has one table (kafka.topic)")
+	}
 	return w
 }
 
@@ -905,6 +926,7 @@ func (c *Config) clone() *Config {
 	d := *c
 	d.Source.Columns = slices.Clone(c.Source.Columns)
 	d.Kafka.Brokers = slices.Clone(c.Kafka.Brokers)
+	d.Tasks = nil
 	d.Source.HTTP.RejectStatuses = slices.Clone(c.Source.HTTP.RejectStatuses)
 	d.Source.HTTP.RejectCodes = slices.Clone(c.Source.HTTP.RejectCodes)
 	if c.origin != nil {
@@ -1283,6 +1305,8 @@ type loader struct {
 	env  func(string) string
 	file string
 	errs []error
+
+	tables, tablesKey *yaml.Node // the tables: list (tasks.go)
 }
 
 func (l *loader) fail(err error) { l.errs = append(l.errs, err) }
@@ -1359,6 +1383,8 @@ func (l *loader) walk(m *yaml.Node, prefix string) {
 		}
 		seen[key] = kn.Line
 		switch {
+		case key == "tables":
+			l.tables, l.tablesKey = vn, kn
 		case fs.sections[key]:
 			switch {
 			case isNull(vn):

@@ -93,6 +93,7 @@ func TestDefaults(t *testing.T) {
 		},
 		Sweep: SweepConfig{MaxKeysInMemory: 4000000},
 		Log:   LogConfig{Level: "info", Format: "auto"},
+		Group: GroupConfig{SessionTimeout: Duration{45 * time.Second}, RebalanceTimeout: Duration{60 * time.Second}},
 	}
 	c.origin = nil
 	if !reflect.DeepEqual(*c, want) {
@@ -206,6 +207,7 @@ func TestEveryKeySettable(t *testing.T) {
 		"kafka.sasl.password_file": "",
 		"metrics.listen":           "0.0.0.0:9464", "metrics.ready_max_lag": "5m", "metrics.hold_on_stop": "30s",
 		"embedded.listen": "127.0.0.1:19092",
+		"kafka.topic_prefix": "pre.", "group.session_timeout": "10s", "group.rebalance_timeout": "2m", "group.tasks_topic": "tt",
 		// source.http.* only apply to kind http (cli_http_test.go sets them).
 		"source.http.since_param":      "",
 		"source.http.cursor_param":     "",
