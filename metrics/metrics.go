@@ -28,6 +28,10 @@ type Config struct {
 	// Connector is the connector name, the constant label connector on
 	// every series. Required.
 	Connector string
+	// Task, when set, is the constant label task on every series: the
+	// Metrics of one task of a configuration with tables, served by a
+	// Group, which holds the runtime and build series.
+	Task string
 	// Version is reported by tidemark_build_info; default "dev".
 	Version string
 	// MaxLag, when positive, makes the connector unready while its lag
@@ -101,8 +105,10 @@ func New(cfg Config) *Metrics {
 		cfg.Now = time.Now
 	}
 	m := &Metrics{cfg: cfg, reg: prometheus.NewRegistry(), failing: map[string]string{}, results: map[string]error{}}
-	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	r := prometheus.WrapRegistererWith(prometheus.Labels{"connector": cfg.Connector}, m.reg)
+	if cfg.Task == "" {
+		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	r := prometheus.WrapRegistererWith(m.labels(), m.reg)
 
 	counter := func(name, help string) prometheus.Counter {
 		c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help})
@@ -157,11 +163,27 @@ func New(cfg Config) *Metrics {
 		m.verifyRuns.WithLabelValues(v)
 	}
 
-	info := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "build_info",
-		Help: "Always 1; labels give the version.", ConstLabels: prometheus.Labels{"version": cfg.Version, "goversion": runtime.Version()}})
-	info.Set(1)
-	r.MustRegister(info, (*stateCollector)(m))
+	r.MustRegister((*stateCollector)(m))
+	if cfg.Task == "" {
+		r.MustRegister(buildInfo(cfg.Version))
+	}
 	return m
+}
+
+func buildInfo(version string) prometheus.Gauge {
+	info := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "build_info",
+		Help: "Always 1; labels give the version.", ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()}})
+	info.Set(1)
+	return info
+}
+
+// labels are the constant labels of every series: connector, and task for
+// a task's Metrics.
+func (m *Metrics) labels() prometheus.Labels {
+	if m.cfg.Task != "" {
+		return prometheus.Labels{"connector": m.cfg.Connector, "task": m.cfg.Task}
+	}
+	return prometheus.Labels{"connector": m.cfg.Connector}
 }
 
 // Registry returns the registry holding every tidemark series plus the Go
@@ -172,7 +194,7 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 // (source.notify): notifications received and connections re-established.
 // Call it at most once.
 func (m *Metrics) ObserveNotify(notifications, reconnects func() int64) {
-	r := prometheus.WrapRegistererWith(prometheus.Labels{"connector": m.cfg.Connector}, m.reg)
+	r := prometheus.WrapRegistererWith(m.labels(), m.reg)
 	r.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: Namespace, Name: "notify_notifications_total",
 			Help: "Change notifications received on source.notify's channel (each wakes the engine; wake-ups coalesce)."},

@@ -10,21 +10,24 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // Handler serves /metrics (Prometheus text or OpenMetrics), /healthz (200
 // while the process serves) and /readyz (200 "ready", or 503 with one
 // reason per line; see Ready).
-func (m *Metrics) Handler() http.Handler {
+func (m *Metrics) Handler() http.Handler { return handler(m.reg, m.Ready) }
+
+func handler(g prometheus.Gatherer, ready func(context.Context) (bool, []string)) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ready, reasons := m.Ready(r.Context())
+		ready, reasons := ready(r.Context())
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if !ready {
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -48,13 +51,15 @@ type Server struct {
 
 // Listen binds addr (host:port; port 0 picks a free one) and serves Handler
 // in the background until Shutdown.
-func (m *Metrics) Listen(addr string) (*Server, error) {
+func (m *Metrics) Listen(addr string) (*Server, error) { return listen(addr, m.Handler()) }
+
+func listen(addr string, h http.Handler) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: listen on %s: %w", addr, err)
 	}
 	s := &Server{
-		srv: &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout: 30 * time.Second, WriteTimeout: 60 * time.Second},
 		ln: ln, done: make(chan error, 1),
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -35,8 +36,8 @@ type cli struct {
 	once       bool
 	progress   bool // --progress: print progress even when stderr is not a terminal
 	obs        *observability
-	serve      bool      // start the metrics server (run only; serve.go)
-	sasl       saslWatch // records a SASL login the broker rejected (security.go)
+	serve      bool       // start the metrics server (run only; serve.go)
+	sasl       *saslWatch // records a SASL login the broker rejected (security.go)
 	jsonOut    bool
 	yes        bool
 	reason     string
@@ -54,6 +55,11 @@ type cli struct {
 	cfg     *Config
 	log     *slog.Logger
 	closers []func()
+
+	taskFlag string     // --task (group.go)
+	tasks    *taskEnv   // what this task shares with the process's other tasks; nil outside task mode
+	taskName string     // the task this cli runs, with tasks
+	outMu    sync.Mutex // serialises what tasks run side by side print
 }
 
 type multiFlag []string
@@ -83,13 +89,16 @@ func (a *cli) parse(cmd string, args []string) error {
 		fs.BoolVar(&a.once, "once", false, "stop when caught up and print the completion record")
 		fs.BoolVar(&a.jsonOut, "json", false, "print the completion record as JSON only")
 		fs.BoolVar(&a.progress, "progress", false, "print progress lines (rows/s, rows to go) even when stderr is not a terminal")
+		fs.StringVar(&a.taskFlag, "task", "", "with a tables: list and --once, only this task (default: every task)")
 	case "status", "check", "ledger", "sweep":
 		fs.BoolVar(&a.jsonOut, "json", false, "print JSON")
+		fs.StringVar(&a.taskFlag, "task", "", "with a tables: list, only this task (default: every task)")
 		if cmd == "check" {
 			fs.BoolVar(&a.notifySQL, "print-notify-sql", false, "print the trigger that makes the table notify source.notify, for the table's owner to run (tidemark never creates it), and connect to nothing")
 		}
 	case "verify":
 		fs.BoolVar(&a.jsonOut, "json", false, "print the report as JSON")
+		fs.StringVar(&a.taskFlag, "task", "", "with a tables: list, only this task (default: every task)")
 		fs.StringVar(&a.replicaTable, "replica-table", "", "compare with this replica table instead of the topic")
 		fs.StringVar(&a.replicaSchema, "replica-schema", "", "schema of the replica table (default: source.schema)")
 		fs.StringVar(&a.replicaDSN, "replica-dsn", "", "DSN of the replica database (default: source.dsn, with source.password_env or source.password_file)")
@@ -97,12 +106,14 @@ func (a *cli) parse(cmd string, args []string) error {
 		fs.StringVar(&a.replicaPasswordFile, "replica-password-file", "", "file holding the replica database's password")
 	case "replica":
 		a.registerReplicaFlags(fs)
+		fs.StringVar(&a.taskFlag, "task", "", "with a tables: list, the task whose topic to fold (required there)")
 	case "feed":
 		var err error
 		if args, err = a.feedArgs(fs, args); err != nil {
 			return err
 		}
 	case "reset":
+		fs.StringVar(&a.taskFlag, "task", "", "with a tables: list, the task to reset (required there)")
 		fs.BoolVar(&a.yes, "yes", false, "do not ask for confirmation")
 		fs.StringVar(&a.reason, "reason", "", "why (recorded with the reset)")
 		fs.StringVar(&a.by, "by", "", "who (recorded; default: OS user@host)")
@@ -180,6 +191,9 @@ func (a *cli) closeAll() {
 // kafkaOpts returns the connection options, starting the embedded broker
 // when no brokers are configured.
 func (a *cli) kafkaOpts() ([]kgo.Opt, error) {
+	if a.tasks != nil {
+		return a.tasks.opts, nil // one embedded broker for every task (group.go)
+	}
 	brokers := a.cfg.Kafka.Brokers
 	if len(brokers) == 0 {
 		emb, addrs, err := startEmbedded(a.cfg.DataDir, a.cfg.Embedded.Listen, a.log)
@@ -233,6 +247,17 @@ func (a *cli) source(ctx context.Context) (connector.Source, error) {
 		}
 		if err := a.checkDSN("source.dsn", pc.DSN); err != nil { // dsn.go
 			return nil, err
+		}
+		if a.tasks != nil { // one pool per DSN for every task (group.go)
+			pool, err := a.tasks.pool(ctx, pc)
+			if err != nil {
+				return nil, openError("source.dsn", pc.DSN, "open PostgreSQL source", err)
+			}
+			src, err := postgres.NewOnPool(ctx, pc, pool)
+			if err != nil {
+				return nil, openError("source.dsn", pc.DSN, "open PostgreSQL source", err)
+			}
+			return src, nil
 		}
 		src, err := postgres.New(ctx, pc)
 		if err != nil {

@@ -145,6 +145,13 @@ func (w *cliWorld) seq() int64 {
 // keys and values with the table walked from scratch by the source.
 func (w *cliWorld) assertTopicEqualsTable(table string) {
 	w.t.Helper()
+	w.assertFold(table, "items-topic")
+}
+
+// assertFold compares topic, folded read_committed, with table: keys,
+// values, and no (key, value) published twice.
+func (w *cliWorld) assertFold(table, topic string) {
+	w.t.Helper()
 	ctx := context.Background()
 	src, err := postgres.New(ctx, postgres.Config{DSN: w.db.URL, Schema: w.db.Schema, Table: table, DeletedAtColumn: "deleted_at"})
 	if err != nil {
@@ -168,7 +175,7 @@ func (w *cliWorld) assertTopicEqualsTable(table string) {
 		}
 		req.Cursor = p.Next
 	}
-	st, err := fold.Map(ctx, w.opts(), "items-topic")
+	st, err := fold.Map(ctx, w.opts(), topic)
 	if err != nil {
 		w.t.Fatal(err)
 	}

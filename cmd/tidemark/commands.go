@@ -26,7 +26,20 @@ import (
 
 func cmdRun(ctx context.Context, a *cli) (err error) {
 	defer a.closeAll()
-	a.serve = true // metrics.listen applies to run only
+	a.serve = true            // metrics.listen applies to run only
+	if len(a.cfg.Tasks) > 0 { // a tables: list (group.go)
+		if a.once {
+			return a.runTasksOnce(ctx)
+		}
+		if a.taskFlag != "" {
+			return fmt.Errorf("--task runs one task once, with --once; `tidemark run` runs the tasks the group assigns to it: %w", errUsage)
+		}
+		return a.runGroup(ctx)
+	}
+	if a.taskFlag != "" {
+		_, err := a.selectedTasks()
+		return err
+	}
 	e, _, err := a.engine(ctx)
 	if err != nil {
 		return err
@@ -39,23 +52,36 @@ func cmdRun(ctx context.Context, a *cli) (err error) {
 		"source", RedactDSN(a.cfg.Source.DSN), "table", a.cfg.Source.Schema+"."+a.cfg.Source.Table, "once", a.once)
 	c, err := e.Run(ctx, mode)
 	if c != nil && (a.once || err == nil) {
-		// A link cursor carries the endpoint's query (an api_key?).
-		c.View.EndCursor, c.Termination = httpsrc.RedactCursor(c.View.EndCursor), redactText(c.Termination)
-		if a.jsonOut {
-			b, _ := json.Marshal(c) // one line, as the README says
-			fmt.Fprintln(a.stdout, string(b))
-		} else {
-			fmt.Fprint(a.stdout, c.Text())
-			if a.once {
-				b, _ := json.Marshal(c)
-				fmt.Fprintf(a.stdout, "completion record: %s\n", b)
-			}
-		}
+		a.printCompletion("", c)
 	}
 	if a.obs != nil {
 		a.obs.held(ctx, err) // metrics.hold_on_stop (serve.go)
 	}
 	return err
+}
+
+// printCompletion prints a run's completion record; task names the task of
+// a configuration with tables, "" otherwise.
+func (a *cli) printCompletion(task string, c *connector.Completion) {
+	// A link cursor carries the endpoint's query (an api_key?).
+	c.View.EndCursor, c.Termination = httpsrc.RedactCursor(c.View.EndCursor), redactText(c.Termination)
+	b, _ := json.Marshal(c) // one line, as the README says
+	a.outMu.Lock()
+	defer a.outMu.Unlock()
+	switch {
+	case a.jsonOut && task != "":
+		fmt.Fprintf(a.stdout, "{\"task\":%q,%s\n", task, b[1:])
+	case a.jsonOut:
+		fmt.Fprintln(a.stdout, string(b))
+	default:
+		if task != "" {
+			fmt.Fprintf(a.stdout, "== task %s ==\n", task)
+		}
+		fmt.Fprint(a.stdout, c.Text())
+		if a.once {
+			fmt.Fprintf(a.stdout, "completion record: %s\n", b)
+		}
+	}
 }
 
 // engine opens the source, preflights it, ensures the topics and returns an

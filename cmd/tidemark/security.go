@@ -157,7 +157,10 @@ func (a *cli) securityOpts() ([]kgo.Opt, error) {
 		case "SCRAM-SHA-512":
 			opts = append(opts, kgo.SASL(scram.Auth{User: s.Username, Pass: pw}.AsSha512Mechanism()))
 		}
-		opts = append(opts, kgo.WithHooks(&a.sasl))
+		if a.sasl == nil {
+			a.sasl = &saslWatch{}
+		}
+		opts = append(opts, kgo.WithHooks(a.sasl))
 		if !t.On() && strings.EqualFold(s.Mechanism, "PLAIN") {
 			a.log.Warn("kafka.sasl.mechanism PLAIN without kafka.tls sends the password in clear text; enable kafka.tls or use SCRAM")
 		}
@@ -247,7 +250,7 @@ func (a *cli) explainKafkaAccess(err error) error {
 	case errors.Is(err, kerr.SaslAuthenticationFailed), errors.Is(err, kerr.IllegalSaslState), errors.Is(err, kerr.UnsupportedSaslMechanism):
 		key = "kafka.sasl"
 		msg = fmt.Sprintf("Kafka rejected the SASL login of user %q with mechanism %s: check kafka.sasl.username, kafka.sasl.mechanism and the password in %s", k.SASL.Username, k.SASL.Mechanism, passwordSource(k.SASL))
-	case a.sasl.rejected.Load() && !errors.Is(err, context.Canceled):
+	case a.sasl != nil && a.sasl.rejected.Load() && !errors.Is(err, context.Canceled):
 		// Some brokers close the connection instead of answering a failed
 		// SASLAuthenticate; the client then sees only EOF.
 		key = "kafka.sasl"

@@ -73,6 +73,15 @@ type observability struct {
 // resources.
 func (a *cli) observe(ctx context.Context, opts []kgo.Opt) (*observability, error) {
 	o := &observability{a: a}
+	if a.tasks != nil {
+		// A task of a configuration with tables: its series are served by
+		// the member's server (group.go), labelled with the task.
+		if a.tasks.group != nil {
+			o.metrics = a.tasks.group.Task(a.taskName, a.cfg.Metrics.ReadyMaxLag.Duration)
+		}
+		a.closers = append(a.closers, o.stop)
+		return o, nil
+	}
 	if a.serve && a.cfg.Metrics.Listen != "" {
 		o.metrics = metrics.New(metrics.Config{Connector: a.cfg.Name, Version: version, MaxLag: a.cfg.Metrics.ReadyMaxLag.Duration})
 		cl, err := kgo.NewClient(opts...)

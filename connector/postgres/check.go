@@ -21,7 +21,7 @@ func Check(ctx context.Context, cfg Config) (Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return Report{}, err
 	}
-	pool, err := connect(ctx, cfg)
+	pool, err := connect(ctx, cfg, 0)
 	if err != nil {
 		return Report{}, err
 	}

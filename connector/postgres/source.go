@@ -29,8 +29,9 @@ var (
 // order. It is safe for concurrent use; each Page call uses one pooled
 // connection.
 type Source struct {
-	cfg  Config
-	pool *pgxpool.Pool
+	cfg    Config
+	pool   *pgxpool.Pool
+	shared bool // the pool is Connect's, shared with other sources: Close leaves it open
 	// sh is the table's shape and the queries built from it, replaced
 	// whole when the table changes (Reshape).
 	sh atomic.Pointer[shape]
@@ -156,7 +157,7 @@ func New(ctx context.Context, cfg Config) (*Source, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	pool, err := connect(ctx, cfg)
+	pool, err := connect(ctx, cfg, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -165,6 +166,35 @@ func New(ctx context.Context, cfg Config) (*Source, error) {
 		pool.Close()
 		return nil, err
 	}
+	return s, nil
+}
+
+// Connect opens a connection pool for cfg's DSN and password, with the
+// session settings a Source needs, holding at least conns connections (unless
+// the DSN sets pool_max_conns), for sources that share it (NewOnPool): the
+// tasks of a configuration with tables.
+func Connect(ctx context.Context, cfg Config, conns int) (*pgxpool.Pool, error) {
+	cfg = cfg.withDefaults()
+	return connect(ctx, cfg, int32(conns))
+}
+
+// NewOnPool is New on a pool from Connect, shared with other sources; the
+// Source's Close leaves it open. An initial load in key order still needs
+// sync.load_workers + 2 connections of it.
+func NewOnPool(ctx context.Context, cfg Config, pool *pgxpool.Pool) (*Source, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if need := int32(cfg.LoadWorkers + 2); cfg.LoadWorkers > 0 && pool.Config().MaxConns < need {
+		return nil, fmt.Errorf("%w: the shared pool holds %d connections, below what an initial load with %d workers holds (%d): raise pool_max_conns or lower sync.load_workers",
+			ErrBadConfig, pool.Config().MaxConns, cfg.LoadWorkers, need)
+	}
+	s, err := newSource(ctx, cfg, pool)
+	if err != nil {
+		return nil, err
+	}
+	s.shared = true
 	return s, nil
 }
 
@@ -211,7 +241,7 @@ func prepare(ctx context.Context, pool *pgxpool.Pool, sh *shape) error {
 
 // connect parses the DSN, pins the session settings the encoder relies on
 // and checks that the server answers.
-func connect(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
+func connect(ctx context.Context, cfg Config, conns int32) (*pgxpool.Pool, error) {
 	// tidemark's own parser first (dsn.go): pgx accepts some DSNs whose
 	// password it would later print (an unencoded @ in a URL), and its parse
 	// errors can quote the password.
@@ -246,6 +276,9 @@ func connect(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 		}
 		pc.MaxConns = need
 	}
+	if pc.MaxConns < conns && !strings.Contains(cfg.DSN, "pool_max_conns") {
+		pc.MaxConns = conns
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", pc.ConnConfig.Host, err)
@@ -257,8 +290,12 @@ func connect(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
-// Close closes the connection pool.
-func (s *Source) Close() { s.pool.Close() }
+// Close closes the connection pool, unless it is shared (NewOnPool).
+func (s *Source) Close() {
+	if !s.shared {
+		s.pool.Close()
+	}
+}
 
 // Page returns up to req.Limit rows after req.Cursor (or, for the first
 // page of a pass, from req.Since inclusive) in (updated_at, id) order, by a

@@ -1,0 +1,553 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark/tidemark/connector"
+	"github.com/tidemark/tidemark/connector/postgres"
+	"github.com/tidemark/tidemark/metrics"
+)
+
+// Task mode at run time (docs/scale-out.md). The processes of one
+// configuration with tables form the consumer group tidemark-<name> on the
+// tasks topic, which has one partition per task: Kafka's group coordinator
+// decides the membership and the cooperative-sticky balancer assigns the
+// partitions, so each member runs exactly the tasks whose partitions it holds.
+// Ownership is not what makes a task safe: a task's engine initialises its
+// transactional producer before it reads its checkpoint, which fences every
+// earlier owner (docs/design.md, "One writer"). The group only decides who
+// should run what, and stops a task before its partition moves on.
+
+// taskEnv is what the tasks of one process share: the Kafka connection
+// options (and so one embedded broker), one PostgreSQL pool per DSN, and
+// the member's metrics.
+type taskEnv struct {
+	opts  []kgo.Opt
+	group *metrics.Group // nil without metrics.listen, and for the one-shot commands
+
+	mu    sync.Mutex
+	pools map[string]*pgxpool.Pool
+	need  map[string]int
+}
+
+func poolKey(pc postgres.Config) string { return pc.DSN + "\x00" + pc.Password }
+
+// newTaskEnv opens what the tasks share; closeAll closes it after them.
+func (a *cli) newTaskEnv() (*taskEnv, error) {
+	opts, err := a.kafkaOpts()
+	if err != nil {
+		return nil, err
+	}
+	env := &taskEnv{opts: opts, pools: map[string]*pgxpool.Pool{}, need: map[string]int{}}
+	// A task holds at most two connections at once (a page and the clock,
+	// or a snapshot and the clock), plus its load workers.
+	for _, t := range a.cfg.Tasks {
+		pc, err := a.forTask(t, env).pgConfig()
+		if err != nil {
+			return nil, err
+		}
+		env.need[poolKey(pc)] += 2 + max(0, t.Cfg.Sync.LoadWorkers)
+	}
+	a.closers = append(a.closers, env.close)
+	return env, nil
+}
+
+// pool returns the pool shared by the tasks that use pc's DSN.
+func (e *taskEnv) pool(ctx context.Context, pc postgres.Config) (*pgxpool.Pool, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	k := poolKey(pc)
+	if p := e.pools[k]; p != nil {
+		return p, nil
+	}
+	p, err := postgres.Connect(ctx, pc, e.need[k])
+	if err != nil {
+		return nil, err
+	}
+	e.pools[k] = p
+	return p, nil
+}
+
+func (e *taskEnv) close() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for k, p := range e.pools {
+		p.Close()
+		delete(e.pools, k)
+	}
+}
+
+// forTask returns the cli of one task: the task's configuration, a logger
+// naming it, and the shared resources of env.
+func (a *cli) forTask(t Task, env *taskEnv) *cli {
+	return &cli{
+		stdout: a.stdout, stderr: a.stderr, env: a.env, environ: a.environ,
+		configPath: a.configPath, once: a.once, progress: a.progress, serve: a.serve, sasl: a.sasl,
+		jsonOut: a.jsonOut, yes: a.yes, reason: a.reason, by: a.by, toWM: a.toWM,
+		replicaDSN: a.replicaDSN, replicaSchema: a.replicaSchema, replicaTable: a.replicaTable,
+		replicaPasswordEnv: a.replicaPasswordEnv, replicaPasswordFile: a.replicaPasswordFile,
+		cfg: t.Cfg, log: a.log.With("task", t.Name), tasks: env, taskName: t.Name,
+	}
+}
+
+// selectedTasks is every task, or the one --task names.
+func (a *cli) selectedTasks() ([]Task, error) {
+	if a.taskFlag == "" {
+		return a.cfg.Tasks, nil
+	}
+	if len(a.cfg.Tasks) == 0 {
+		return nil, fmt.Errorf("--task %q: this configuration has no tables: list, so it has no tasks; drop --task: %w", a.taskFlag, errUsage)
+	}
+	t, ok := a.cfg.task(a.taskFlag)
+	if !ok {
+		return nil, fmt.Errorf("--task %q: no such task; the tasks are %s: %w", a.taskFlag, a.cfg.taskNames(), errUsage)
+	}
+	return []Task{t}, nil
+}
+
+// supervisor runs the tasks assigned to this member, each in its own
+// goroutine; a task that stops on its own stops alone.
+type supervisor struct {
+	a     *cli
+	env   *taskEnv
+	ctx   context.Context // the process's: ends on SIGTERM
+	mode  connector.Mode
+	tasks []Task // partition i of the tasks topic is tasks[i]
+
+	mu      sync.Mutex
+	running map[string]*runningTask
+}
+
+type runningTask struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error
+}
+
+// start starts t unless it runs.
+func (s *supervisor) start(t Task) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rt := s.running[t.Name]; rt != nil {
+		select {
+		case <-rt.done: // it stopped on its own: a new assignment starts it again
+		default:
+			return
+		}
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	rt := &runningTask{cancel: cancel, done: make(chan struct{})}
+	s.running[t.Name] = rt
+	go func() {
+		defer close(rt.done)
+		rt.err = s.run(ctx, t)
+	}()
+}
+
+// run runs one task until ctx ends or it stops on its own. A transient
+// failure that outlasted sync.retry_timeout is retried after a pause; a
+// safety stop, a configuration error or a fence stops the task until it is
+// assigned again.
+func (s *supervisor) run(ctx context.Context, t Task) error {
+	for attempt := 0; ; attempt++ {
+		err := s.runOnce(ctx, t)
+		if ctx.Err() != nil || err == nil || s.mode == connector.Once {
+			return err
+		}
+		code := exitCode(s.a.explainKafkaAccess(err))
+		if code != exitFailure {
+			return err
+		}
+		pause := min(time.Duration(attempt+1)*5*time.Second, time.Minute)
+		s.a.log.Warn("task failed after its retries; starting it again", "task", t.Name, "in", pause, "err", err.Error())
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+	}
+}
+
+func (s *supervisor) runOnce(ctx context.Context, t Task) (err error) {
+	c := s.a.forTask(t, s.env)
+	defer c.closeAll()
+	c.log.Info("task starting", "table", t.Cfg.Source.Schema+"."+t.Cfg.Source.Table, "topic", t.Cfg.Kafka.Topic,
+		"transactional_id", "tidemark-"+t.Cfg.Name)
+	e, _, err := c.engine(ctx)
+	if err == nil {
+		var comp *connector.Completion
+		comp, err = e.Run(ctx, s.mode)
+		if comp != nil && s.mode == connector.Once {
+			s.a.printCompletion(t.Name, comp)
+		}
+	}
+	switch {
+	case ctx.Err() != nil:
+		c.log.Info("task stopped", "reason", "given up to the group or shutting down")
+		return nil
+	case err != nil:
+		code := exitCode(c.explainKafkaAccess(err))
+		c.log.Error("task stopped; the other tasks go on", "exit_code", code, "err", err.Error(), "action", errorAction(err, code))
+		if s.env.group != nil {
+			s.env.group.ObserveTaskStop()
+		}
+	}
+	return err
+}
+
+// stop stops the named tasks and waits until each has ended (its open
+// transaction aborted or committed, its producer closed).
+func (s *supervisor) stop(names []string) {
+	var wait []*runningTask
+	s.mu.Lock()
+	for _, n := range names {
+		if rt := s.running[n]; rt != nil {
+			rt.cancel()
+			wait = append(wait, rt)
+			delete(s.running, n)
+		}
+	}
+	s.mu.Unlock()
+	for _, rt := range wait {
+		<-rt.done
+	}
+	if s.env.group != nil {
+		for _, n := range names {
+			s.env.group.RemoveTask(n)
+		}
+	}
+}
+
+// names maps assigned partitions of the tasks topic to task names.
+func (s *supervisor) names(assigned map[string][]int32) []string {
+	var out []string
+	for _, ps := range assigned {
+		for _, p := range ps {
+			if int(p) < len(s.tasks) {
+				out = append(out, s.tasks[p].Name)
+			} else {
+				s.a.log.Warn("group: assigned a partition of the tasks topic that names no task in this member's tables: list; every member must run the same list", "partition", p, "tasks", len(s.tasks))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// runGroup is `tidemark run` in task mode: join the group and run the
+// assigned tasks until ctx ends, then stop them and leave.
+func (a *cli) runGroup(ctx context.Context) error {
+	env, err := a.newTaskEnv()
+	if err != nil {
+		return err
+	}
+	if a.cfg.Metrics.Listen != "" {
+		env.group = metrics.NewGroup(a.cfg.Name, version)
+		cl, err := kgo.NewClient(env.opts...)
+		if err != nil {
+			return err
+		}
+		a.closers = append(a.closers, cl.Close)
+		env.group.AddCheck("kafka", func(ctx context.Context) error { return cl.Ping(ctx) })
+		srv, err := env.group.Listen(a.cfg.Metrics.Listen)
+		if err != nil {
+			return &ConfigError{Key: "metrics.listen", Origin: a.cfg.origin["metrics.listen"], Err: err,
+				Msg: "cannot serve metrics; choose a free address or set metrics.listen to \"\" to turn the server off"}
+		}
+		a.closers = append(a.closers, func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		})
+		a.log.Info("serving /metrics, /healthz and /readyz", "addr", "http://"+srv.Addr())
+	}
+	topic := a.cfg.tasksTopic()
+	if err := a.startup(ctx, "Kafka (the tasks topic "+topic+")", "kafka", func() error { return a.ensureTasksTopic(ctx, env.opts, topic) }); err != nil {
+		return err
+	}
+	s := &supervisor{a: a, env: env, ctx: ctx, mode: connector.Continuous, tasks: a.cfg.Tasks, running: map[string]*runningTask{}}
+	host, _ := os.Hostname()
+	member := fmt.Sprintf("tidemark-%s@%s/%d/%04x", a.cfg.Name, host, os.Getpid(), rand.Uint32()>>16)
+	g := a.cfg.Group
+	cl, err := kgo.NewClient(append(slices.Clone(env.opts),
+		kgo.ClientID(member),
+		kgo.ConsumerGroup(groupName(a.cfg.Name)),
+		kgo.ConsumeTopics(topic),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.DisableAutoCommit(),
+		kgo.SessionTimeout(g.SessionTimeout.Duration),
+		kgo.RebalanceTimeout(g.RebalanceTimeout.Duration),
+		kgo.HeartbeatInterval(min(3*time.Second, g.SessionTimeout.Duration/3)),
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			names := s.names(m)
+			a.log.Info("group: assigned tasks", "tasks", strings.Join(names, ","), "member", member)
+			if env.group != nil {
+				env.group.ObserveAssigned(len(names))
+			}
+			for _, n := range names {
+				t, _ := a.cfg.task(n)
+				s.start(t)
+			}
+		}),
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			names := s.names(m)
+			if len(names) == 0 {
+				return
+			}
+			a.log.Info("group: revoked tasks; stopping them before the rebalance goes on", "tasks", strings.Join(names, ","))
+			s.stop(names)
+			if env.group != nil {
+				env.group.ObserveRevoked(len(names))
+			}
+			a.log.Info("group: revoked tasks stopped", "tasks", strings.Join(names, ","))
+		}),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			names := s.names(m)
+			a.log.Warn("group: membership lost; stopping its tasks (another member may already run them: its producer fenced these)", "tasks", strings.Join(names, ","))
+			s.stop(names)
+			if env.group != nil {
+				env.group.ObserveLost(len(names))
+			}
+		}),
+	)...)
+	if err != nil {
+		return err
+	}
+	a.log.Info("starting", "connector", a.cfg.Name, "tasks", len(a.cfg.Tasks), "group", groupName(a.cfg.Name), "tasks_topic", topic, "member", member)
+	// Polling keeps the client's fetch buffers drained; the tasks topic
+	// holds no records, and the group is managed in the background.
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		for ctx.Err() == nil {
+			cl.PollFetches(ctx)
+		}
+	}()
+	<-ctx.Done()
+	<-polled
+	// Stop the tasks first, so that the others' new owners start on
+	// finished transactions, then leave the group at once (no session
+	// timeout to wait out). Close calls the revoke callback for what is
+	// left.
+	s.mu.Lock()
+	var names []string
+	for n := range s.running {
+		names = append(names, n)
+	}
+	s.mu.Unlock()
+	a.log.Info("stopping: stopping the tasks and leaving the group", "tasks", strings.Join(names, ","))
+	s.stop(names)
+	cl.Close()
+	a.log.Info("stopped: left the group")
+	return nil
+}
+
+func groupName(name string) string { return "tidemark-" + name }
+
+// ensureTasksTopic creates the tasks topic with one partition per task, or
+// adds partitions to it when tasks were added.
+func (a *cli) ensureTasksTopic(ctx context.Context, opts []kgo.Opt, topic string) error {
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	n := int32(len(a.cfg.Tasks))
+	compact := "compact"
+	resp, err := adm.CreateTopic(ctx, n, a.cfg.Kafka.ReplicationFactor, map[string]*string{"cleanup.policy": &compact}, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	switch {
+	case err == nil:
+		a.log.Info("created the tasks topic", "topic", topic, "partitions", n)
+		return nil
+	case !errors.Is(err, kerr.TopicAlreadyExists):
+		return fmt.Errorf("create the tasks topic %s: %w", topic, err)
+	}
+	td, err := adm.ListTopics(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("describe the tasks topic %s: %w", topic, err)
+	}
+	have := int32(len(td[topic].Partitions))
+	if have >= n {
+		return nil
+	}
+	ur, err := adm.UpdatePartitions(ctx, int(n), topic)
+	if err == nil {
+		err = ur.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("grow the tasks topic %s from %d to %d partitions: %w", topic, have, n, err)
+	}
+	a.log.Info("grew the tasks topic for added tables", "topic", topic, "from", have, "to", n)
+	return nil
+}
+
+// runTasksOnce is `tidemark run --once` in task mode: every task (or the
+// one --task names) once, side by side, without the group; the error is the
+// one with the highest exit code.
+func (a *cli) runTasksOnce(ctx context.Context) error {
+	tasks, err := a.selectedTasks()
+	if err != nil {
+		return err
+	}
+	env, err := a.newTaskEnv()
+	if err != nil {
+		return err
+	}
+	s := &supervisor{a: a, env: env, ctx: ctx, mode: connector.Once, tasks: a.cfg.Tasks, running: map[string]*runningTask{}}
+	errs := make([]error, len(tasks))
+	var wg sync.WaitGroup
+	for i, t := range tasks {
+		wg.Go(func() { errs[i] = s.runOnce(ctx, t) })
+	}
+	wg.Wait()
+	return worst(tasks, errs)
+}
+
+// worst is the task error with the highest exit code, naming its task.
+func worst(tasks []Task, errs []error) error {
+	var out error
+	code := exitOK
+	for i, err := range errs {
+		if c := exitCode(err); c > code {
+			code, out = c, fmt.Errorf("task %s: %w", tasks[i].Name, err)
+		}
+	}
+	return out
+}
+
+// perTask runs a command that reads or checks one connector (status,
+// check, ledger, verify, sweep) for every task of a configuration with
+// tables, or the one --task names, each under a header line (with --json,
+// each JSON line gains a "task" field); the error is the one with the
+// highest exit code. Without tables it is the command itself.
+func perTask(run func(context.Context, *cli) error) func(context.Context, *cli) error {
+	return func(ctx context.Context, a *cli) error {
+		if len(a.cfg.Tasks) == 0 {
+			if a.taskFlag != "" {
+				_, err := a.selectedTasks()
+				return err
+			}
+			return run(ctx, a)
+		}
+		defer a.closeAll()
+		tasks, err := a.selectedTasks()
+		if err != nil {
+			return err
+		}
+		env, err := a.newTaskEnv()
+		if err != nil {
+			return err
+		}
+		members := a.taskMembers(ctx, env.opts)
+		errs := make([]error, len(tasks))
+		for i, t := range tasks {
+			c := a.forTask(t, env)
+			var buf strings.Builder
+			c.stdout = &buf
+			errs[i] = run(ctx, c)
+			c.closeAll()
+			if errs[i] != nil {
+				code := exitCode(c.explainKafkaAccess(errs[i]))
+				c.log.Error("task: "+errs[i].Error(), "exit_code", code)
+			}
+			member := members[t.Name]
+			if a.jsonOut {
+				for line := range strings.Lines(buf.String()) {
+					if strings.HasPrefix(line, "{") {
+						line = fmt.Sprintf("{\"task\":%q,\"member\":%q,%s", t.Name, member, line[1:])
+					}
+					fmt.Fprint(a.stdout, line)
+				}
+				continue
+			}
+			fmt.Fprintf(a.stdout, "== task %s == (runs on: %s)\n%s", t.Name, orDash(member, "no member"), buf.String())
+		}
+		return worst(tasks, errs)
+	}
+}
+
+// oneTask runs a command that acts on one connector (reset, replica): with
+// tables, --task must name the task.
+func oneTask(run func(context.Context, *cli) error) func(context.Context, *cli) error {
+	return func(ctx context.Context, a *cli) error {
+		if len(a.cfg.Tasks) == 0 {
+			if a.taskFlag != "" {
+				_, err := a.selectedTasks()
+				return err
+			}
+			return run(ctx, a)
+		}
+		if a.taskFlag == "" {
+			return fmt.Errorf("this configuration has tables:, so name the task this acts on with --task (one of %s): %w", a.cfg.taskNames(), errUsage)
+		}
+		defer a.closeAll()
+		tasks, err := a.selectedTasks()
+		if err != nil {
+			return err
+		}
+		env, err := a.newTaskEnv()
+		if err != nil {
+			return err
+		}
+		c := a.forTask(tasks[0], env)
+		defer c.closeAll()
+		return run(ctx, c)
+	}
+}
+
+// taskMembers maps each task to the member of the group running it (its
+// client id: tidemark-<name>@<host>/<pid>/<random>), as the group coordinator
+// describes the group; empty when the group has no members or cannot be
+// described.
+func (a *cli) taskMembers(ctx context.Context, opts []kgo.Opt) map[string]string {
+	out := map[string]string{}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return out
+	}
+	defer cl.Close()
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	groups, err := kadm.NewClient(cl).DescribeGroups(dctx, groupName(a.cfg.Name))
+	if err != nil {
+		a.log.Warn("cannot describe the group to show which member runs which task", "group", groupName(a.cfg.Name), "err", err.Error())
+		return out
+	}
+	topic := a.cfg.tasksTopic()
+	for _, g := range groups {
+		for _, m := range g.Members {
+			c, ok := m.Assigned.AsConsumer()
+			if !ok {
+				continue
+			}
+			for _, t := range c.Topics {
+				if t.Topic != topic {
+					continue
+				}
+				for _, p := range t.Partitions {
+					if int(p) < len(a.cfg.Tasks) {
+						out[a.cfg.Tasks[p].Name] = m.ClientID
+					}
+				}
+			}
+		}
+	}
+	return out
+}
