@@ -52,7 +52,7 @@ func NewGroup(connector, version string) *Group {
 	g.lost = counter("group_tasks_lost_total", "Tasks this member lost with its group membership (session expired, fenced from the group).")
 	g.taskStops = counter("group_task_stops_total", "Tasks that stopped on their own (safety stop, fenced, fatal) while assigned; the others go on.")
 	r.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "group_tasks_running",
-		Help: "Tasks this member runs now."}, func() float64 {
+		Help: "Tasks the group assigns to this member now, running or stopped on their own (see group_task_stops_total and /readyz)."}, func() float64 {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		return float64(len(g.tasks))

@@ -201,6 +201,17 @@ func TestCLITasksGroup(t *testing.T) {
 		t.Errorf("status shows members %v, want two:\n%s", members, out)
 	}
 
+	// A sweep of one task fences the member running it; the task starts
+	// again there (the group still assigns it) and catches up.
+	if code, out, errOut := w.cli(context.Background(), "sweep", "--config", cfg, "--task", "c"); code != 0 {
+		t.Fatalf("sweep --task c: exit %d\n%s\n%s", code, out, errOut)
+	}
+	w.writeRows(1, 5, "after-sweep")
+	waitForLong(t, 60*time.Second, caughtUp)
+	if !strings.Contains(a.log.String()+b.log.String(), "task was fenced by another writer of it") {
+		t.Errorf("no member reports the fenced task c")
+	}
+
 	// a stops (SIGTERM): it stops its tasks, leaves, and b runs them all.
 	a.cancel()
 	if code := <-a.done; code != 0 {

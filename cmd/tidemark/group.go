@@ -158,8 +158,8 @@ func (s *supervisor) start(t Task) {
 }
 
 // run runs one task until ctx ends or it stops on its own. A transient
-// failure that outlasted sync.retry_timeout is retried after a pause; a
-// safety stop, a configuration error or a fence stops the task until it is
+// failure that outlasted sync.retry_timeout, or a fence, is retried after a
+// pause; a safety stop or a configuration error stops the task until it is
 // assigned again.
 func (s *supervisor) run(ctx context.Context, t Task) error {
 	for attempt := 0; ; attempt++ {
@@ -167,12 +167,21 @@ func (s *supervisor) run(ctx context.Context, t Task) error {
 		if ctx.Err() != nil || err == nil || s.mode == connector.Once {
 			return err
 		}
-		code := exitCode(s.a.explainKafkaAccess(err))
-		if code != exitFailure {
+		pause := min(time.Duration(attempt+1)*5*time.Second, time.Minute)
+		switch exitCode(s.a.explainKafkaAccess(err)) {
+		case exitFailure:
+			s.a.log.Warn("task failed after its retries; starting it again", "task", t.Name, "in", pause, "err", err.Error())
+		case exitFenced:
+			// Another writer of the task initialised its session: a
+			// `tidemark sweep` or `reset`, a member with a different
+			// tables: list, or one the group already counts as gone. The
+			// group assigns the task here, so it starts again (and fences
+			// that writer in turn); a member that lost the task stops it
+			// through the group's callbacks first.
+			s.a.log.Warn("task was fenced by another writer of it while the group assigns it here; starting it again", "task", t.Name, "in", pause)
+		default:
 			return err
 		}
-		pause := min(time.Duration(attempt+1)*5*time.Second, time.Minute)
-		s.a.log.Warn("task failed after its retries; starting it again", "task", t.Name, "in", pause, "err", err.Error())
 		select {
 		case <-ctx.Done():
 			return err
@@ -239,7 +248,7 @@ func (s *supervisor) names(assigned map[string][]int32) []string {
 			if int(p) < len(s.tasks) {
 				out = append(out, s.tasks[p].Name)
 			} else {
-				s.a.log.Warn("group: assigned a partition of the tasks topic that names no task in this member's tables: list; every member must run the same list", "partition", p, "tasks", len(s.tasks))
+				s.a.log.Warn("group: a partition of the tasks topic names no task in this member's tables: list (a table was removed from the list, or the members run different lists); it runs nothing", "partition", p, "tasks", len(s.tasks))
 			}
 		}
 	}
