@@ -206,7 +206,7 @@ func TestEveryKeySettable(t *testing.T) {
 		"kafka.sasl.mechanism": "SCRAM-SHA-512", "kafka.sasl.username": "tm", "kafka.sasl.password_env": "KPW",
 		"kafka.sasl.password_file": "",
 		"metrics.listen":           "0.0.0.0:9464", "metrics.ready_max_lag": "5m", "metrics.hold_on_stop": "30s",
-		"embedded.listen": "127.0.0.1:19092",
+		"embedded.listen":    "127.0.0.1:19092",
 		"kafka.topic_prefix": "pre.", "group.session_timeout": "10s", "group.rebalance_timeout": "2m", "group.tasks_topic": "tt",
 		// source.http.* only apply to kind http (cli_http_test.go sets them).
 		"source.http.since_param":      "",
