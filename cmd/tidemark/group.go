@@ -127,6 +127,10 @@ type supervisor struct {
 	mode  connector.Mode
 	tasks []Task // partition i of the tasks topic is tasks[i]
 
+	// owns reports whether the group coordinator assigns t to this member
+	// (nil outside the group: always).
+	owns func(context.Context, Task) bool
+
 	mu      sync.Mutex
 	running map[string]*runningTask
 }
@@ -178,6 +182,14 @@ func (s *supervisor) run(ctx context.Context, t Task) error {
 			// group assigns the task here, so it starts again (and fences
 			// that writer in turn); a member that lost the task stops it
 			// through the group's callbacks first.
+			if s.owns != nil && !s.owns(ctx, t) {
+				// The coordinator assigns the task to another member: this
+				// one was removed from the group without knowing it yet
+				// (a long pause). Restarting would fence the rightful
+				// owner; the group's callbacks tell this member soon.
+				s.a.log.Warn("task was fenced by its new owner: the group assigns it to another member now; leaving it to the group", "task", t.Name)
+				return err
+			}
 			s.a.log.Warn("task was fenced by another writer of it while the group assigns it here; starting it again", "task", t.Name, "in", pause)
 		default:
 			return err
@@ -335,6 +347,7 @@ func (a *cli) runGroup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.owns = func(ctx context.Context, t Task) bool { return a.assignedHere(ctx, cl, topic, t) }
 	a.log.Info("starting", "connector", a.cfg.Name, "tasks", len(a.cfg.Tasks), "group", groupName(a.cfg.Name), "tasks_topic", topic, "member", member)
 	// Polling keeps the client's fetch buffers drained; the tasks topic
 	// holds no records, and the group is managed in the background.
@@ -559,4 +572,50 @@ func (a *cli) taskMembers(ctx context.Context, opts []kgo.Opt) map[string]string
 		}
 	}
 	return out
+}
+
+// assignedHere reports whether the group coordinator, once the group is
+// stable, assigns task t to this member (cl's member id). While the group
+// rebalances it waits (a rebalance shows no assignments); when the group
+// cannot be described it says yes, and fencing keeps a wrong guess safe.
+func (a *cli) assignedHere(ctx context.Context, cl *kgo.Client, topic string, t Task) bool {
+	idx := slices.IndexFunc(a.cfg.Tasks, func(x Task) bool { return x.Name == t.Name })
+	adm := kadm.NewClient(cl)
+	for ctx.Err() == nil {
+		me, _ := cl.GroupMetadata()
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		groups, err := adm.DescribeGroups(dctx, groupName(a.cfg.Name))
+		cancel()
+		if err != nil {
+			return true
+		}
+		g, ok := groups[groupName(a.cfg.Name)]
+		if !ok || g.Err != nil {
+			return true
+		}
+		if g.State != "Stable" {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		for _, m := range g.Members {
+			if m.MemberID != me {
+				continue
+			}
+			c, ok := m.Assigned.AsConsumer()
+			if !ok {
+				return true
+			}
+			for _, at := range c.Topics {
+				if at.Topic == topic && slices.Contains(at.Partitions, int32(idx)) {
+					return true
+				}
+			}
+			return false
+		}
+		return false // not a member: removed from the group
+	}
+	return false
 }
