@@ -28,6 +28,10 @@
 //     with a writer held open (the dedupe set carries it all) and without
 //     (the pass's mark settles it): rows published and re-read per pass,
 //     peak RSS, bytes written to the offsets topic per transaction;
+//   - task mode (tasks.go): 12 tables as the tasks of one configuration,
+//     initial load by 1 and by 3 `tidemark run` processes (a consumer
+//     group), and the recovery of a member's tasks after SIGTERM and
+//     after SIGKILL;
 //   - a CPU and allocation profile of an in-process initial load.
 //
 // PostgreSQL: DATABASE_URL when set, else a throwaway cluster
@@ -81,6 +85,9 @@ type options struct {
 	// loadOnly runs only the sync.load_workers scenario (parload.go);
 	// noLoad skips it.
 	loadOnly, noLoad bool
+	// tasksOnly runs only the task-mode scenario (tasks.go) on its own
+	// tables and prints its lines; noTasks skips it.
+	tasksOnly, noTasks bool
 }
 
 func main() {
@@ -104,6 +111,8 @@ func run() int {
 	flag.BoolVar(&o.loadOnly, "load-only", false, "only run the sync.load_workers initial loads on a shuffled -rows table (-pairs rounds) and print them (no report)")
 	flag.BoolVar(&o.noLoad, "no-load", false, "skip the sync.load_workers scenario")
 	flag.BoolVar(&o.compressionOnly, "compression-only", false, "only run the kafka.compression initial loads on the -rows table (-pairs rounds) and print them (no report)")
+	flag.BoolVar(&o.tasksOnly, "tasks-only", false, "only run the task-mode scenario (12 tables, 1 vs 3 processes for -pairs rounds, recovery after SIGTERM and SIGKILL) and print it (no report)")
+	flag.BoolVar(&o.noTasks, "no-tasks", false, "skip the task-mode scenario")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configs, logs, profiles)")
 	flag.DurationVar(&o.deadline, "deadline", 30*time.Minute, "hard limit for the whole run")
 	flag.Parse()
@@ -198,6 +207,17 @@ func (b *bench) run(ctx context.Context) error {
 		return err
 	}
 	b.res.machine.broker = b.k.describe()
+	if o.tasksOnly {
+		res, err := b.tasksScenario(ctx)
+		if err != nil {
+			return err
+		}
+		b.res.tasks = res
+		var s strings.Builder
+		b.res.tasksSummary(&s)
+		fmt.Print(s.String())
+		return nil
+	}
 
 	// Tables: the main one of o.rows rows, plus smaller ones for the memory
 	// scale (100k, 1M below o.rows); the smallest also serves the latency run.
@@ -317,6 +337,12 @@ func (b *bench) run(ctx context.Context) error {
 	step(fmt.Sprintf("incremental latency with source.notify: %v updates/s for %s each, poll_interval 1s", notifyRates, o.latency))
 	if b.res.notify, err = b.notifyRuns(ctx, small); err != nil {
 		return fmt.Errorf("notify latency: %w", err)
+	}
+
+	if !o.noTasks {
+		if b.res.tasks, err = b.tasksScenario(ctx); err != nil {
+			return err
+		}
 	}
 
 	if o.profile {

@@ -35,6 +35,7 @@ type results struct {
 
 	compression compressionResult // by kafka.compression (compression.go)
 	par         parResult         // by sync.load_workers (parload.go)
+	tasks       taskResult        // task mode (tasks.go)
 }
 
 func median(v []float64) float64 {
@@ -162,6 +163,7 @@ func (r *results) render(o options) string {
 	fmt.Fprintf(&b, "| incremental latency, commit -> visible read_committed (%d updates at %.0f/s, poll 1s) | p50 %s, p99 %s, max %s; %d/%d seen | p99 <= %s | %s |\n",
 		r.latency.updates, r.latency.rate, ms(r.latency.p50), ms(r.latency.p99), ms(r.latency.max), r.latency.seen, r.latency.updates, 2*r.latency.poll, verdict(p99ok))
 	r.notifySummary(&b) // notify.go
+	r.tasksSummary(&b)  // tasks.go
 	fmt.Fprintf(&b, "| page cost with depth (1000-row page, EXPLAIN ANALYZE) | %s; %s | flat | %s |\n", keyFlat, offGrow, verdict(flat))
 	fmt.Fprintf(&b, "| peak RSS of tidemark | %s | < 150 MiB, flat in N | %s |\n", strings.Join(rssLine, ", "), verdict(rssMax < 150*1024 && !grows))
 	fmt.Fprintf(&b, "\n")
@@ -194,6 +196,7 @@ func (r *results) render(o options) string {
 	fmt.Fprintf(&b, "| %d | %.0f/s | %d | %s | %s | %s | %.1f | %s |\n\n", l.updates, l.rate, l.seen, ms(l.p50), ms(l.p99), ms(l.max), l.cpu.Seconds(), mib(l.rssKB))
 
 	r.renderNotify(&b) // notify.go
+	r.renderTasks(&b)  // tasks.go
 
 	// Pages.
 	fmt.Fprintf(&b, "## Page cost with depth\n\n")
