@@ -281,3 +281,42 @@ func waitForLong(t *testing.T, d time.Duration, cond func() (bool, string)) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// TestCLITaskFailsAlone: a task whose table cannot be synced (here it does
+// not exist) stops alone: in `run --once` the others complete and the exit
+// code is that task's (2, naming it); in the group the others run on while
+// it is reported stopped.
+func TestCLITaskFailsAlone(t *testing.T) {
+	w := newCLIWorld(t)
+	cfg := w.tasksConfig("  - no_such_table\nmetrics:\n  listen: 127.0.0.1:0\n")
+	w.writeRows(1, 10, "one")
+	ctx := context.Background()
+	code, out, errOut := w.cli(ctx, "run", "--config", cfg, "--once")
+	if code != exitConfig || !strings.Contains(errOut, "task "+w.db.Schema+".no_such_table") {
+		t.Fatalf("run --once: exit %d, want 2 naming the task\n%s\n%s", code, out, errOut)
+	}
+	w.assertTasks()
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var log syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		var o syncBuffer
+		done <- run(runCtx, []string{"run", "--config", cfg}, &o, &log)
+	}()
+	w.writeRows(5, 20, "two")
+	waitForLong(t, 60*time.Second, func() (bool, string) {
+		ok := true
+		for _, task := range []string{"c", w.db.Schema + ".t_a", w.db.Schema + ".t_b"} {
+			code, _, _ := w.cli(ctx, "verify", "--config", cfg, "--task", task)
+			ok = ok && code == 0
+		}
+		return ok && strings.Contains(log.String(), "task stopped; the other tasks go on"), log.String()
+	})
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("the member exited %d:\n%s", code, log.String())
+	}
+	w.assertTasks()
+}
