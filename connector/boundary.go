@@ -421,9 +421,20 @@ func (b *boundary) done(s sealed, seq int64, offsets []int64) {
 }
 
 // state describes B for the checkpoint, including the unit being committed
-// at offsets.
-func (b *boundary) state(floor string, s sealed, seq int64, offsets []int64) schemas.BoundaryState {
-	st := schemas.BoundaryState{Floor: floor, Entries: int64(b.live), Units: []schemas.BoundaryUnit{}}
+// at offsets; floor is the floor the seal pruned to, as text and in µs.
+//
+// Entries counts what a replay of the units pruned at floor holds: the
+// entries of the open transaction that replaced a committed one and fell
+// below the floor are written (see shadow) but not counted, since the
+// replay prunes them.
+func (b *boundary) state(floor string, floorUS int64, s sealed, seq int64, offsets []int64) schemas.BoundaryState {
+	entries := int64(b.live)
+	for idx := range b.shadow {
+		if b.unit[idx] != 0 && b.ts[idx] < floorUS {
+			entries--
+		}
+	}
+	st := schemas.BoundaryState{Floor: floor, Entries: entries, Units: []schemas.BoundaryUnit{}}
 	for _, u := range b.units[len(s.drop):] {
 		st.Units = append(st.Units, schemas.BoundaryUnit{Seq: u.seq, Offsets: u.offsets, Entries: u.entries})
 	}

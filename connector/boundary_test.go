@@ -77,6 +77,10 @@ func TestBoundaryReplayEqualsMemory(t *testing.T) {
 						delete(records, o) // compaction after the tombstone
 					}
 				}
+				// The checkpoint is built between the seal and done, as
+				// commit does; a restart checks its count against the
+				// replay (loadBoundary).
+				st := b.state("", floor, s, seq, offs)
 				b.done(s, seq, offs)
 				// What the next commit does first; entries that replaced
 				// a committed one were kept past the floor until written.
@@ -101,6 +105,9 @@ func TestBoundaryReplayEqualsMemory(t *testing.T) {
 					}
 				}
 				r.prune(floor)
+				if int64(r.Len()) != st.Entries {
+					t.Fatalf("seq %d: the checkpoint counts %d entries, the replay at its floor gives %d", seq, st.Entries, r.Len())
+				}
 				mem, rep := b.contents(), r.contents()
 				if len(mem) != len(model) || len(rep) != len(model) {
 					t.Fatalf("seq %d: %d entries in memory, %d replayed, %d in the model", seq, len(mem), len(rep), len(model))

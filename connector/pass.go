@@ -444,7 +444,7 @@ func (e *Engine) commit(ctx context.Context) error {
 	e.cp.Seq++
 	e.cp.Counters.Transactions++
 	e.cp.CommittedAt = schemas.FormatTime(e.cfg.Now())
-	sealed, state, floor, err := e.sealBoundary()
+	sealed, state, floor, floorUS, err := e.sealBoundary()
 	if err != nil {
 		e.abort(ctx)
 		return err
@@ -460,7 +460,7 @@ func (e *Engine) commit(ctx context.Context) error {
 			return nil, fmt.Errorf("%d offsets for %d state records", len(offs), len(state))
 		}
 		unitOffsets = offs[:len(sealed.segments)]
-		e.cp.Boundary = e.b.state(floor, sealed, e.cp.Seq, unitOffsets)
+		e.cp.Boundary = e.b.state(floor, floorUS, sealed, e.cp.Seq, unitOffsets)
 		return schemas.EncodeCheckpoint(e.cp)
 	}}
 	// Never cancel an in-flight EndTransaction: finish on a context that
