@@ -96,8 +96,19 @@ func registered(t *testing.T) map[string]dto.MetricType {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A member of a configuration with tables adds the group's series
+	// (docs/scale-out.md).
+	g := metrics.NewGroup("c", "v")
+	g.ObserveAssigned(1)
+	g.ObserveRevoked(1)
+	g.ObserveLost(1)
+	g.ObserveTaskStop()
+	gfams, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
 	out := map[string]dto.MetricType{}
-	for _, f := range fams {
+	for _, f := range append(fams, gfams...) {
 		if strings.HasPrefix(f.GetName(), "tidemark_") {
 			out[f.GetName()] = f.GetType()
 		}
