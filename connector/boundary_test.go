@@ -201,3 +201,23 @@ func TestBoundaryMillionEntries(t *testing.T) {
 		t.Errorf("%d segments", len(s.segments))
 	}
 }
+
+// TestBoundaryCountMatches: the count a restart accepts. A replay that
+// gives more entries than the checkpoint counts (an entry brought back) or
+// fewer than it counts even before the prune (an entry lost) is refused.
+func TestBoundaryCountMatches(t *testing.T) {
+	for _, c := range []struct {
+		claimed, before, after int64
+		ok                     bool
+	}{
+		{31, 31, 31, true},  // today's checkpoints
+		{32, 32, 31, true},  // written before the fix: a written entry below the floor counted
+		{32, 33, 30, true},  //
+		{30, 32, 31, false}, // the replay holds an entry the writer did not
+		{33, 32, 31, false}, // the writer held an entry the replay lacks
+	} {
+		if got := countMatches(c.claimed, c.before, c.after); got != c.ok {
+			t.Errorf("countMatches(%d, %d, %d) = %v, want %v", c.claimed, c.before, c.after, got, c.ok)
+		}
+	}
+}

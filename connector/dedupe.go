@@ -56,11 +56,17 @@ func (e *Engine) loadBoundary(ctx context.Context, cp *schemas.Checkpoint) error
 	// replay prunes (see boundary.state) counted some of them: a count
 	// between the replay's before and after the prune is such a checkpoint
 	// (every unit's own count matched above); anything else is not.
-	if n := int64(e.b.Len()); st.Entries < n || st.Entries > before {
+	if n := int64(e.b.Len()); !countMatches(st.Entries, before, n) {
 		return e.boundaryStop(fmt.Errorf("the segments give %d entries, the checkpoint says %d", n, st.Entries), refs)
 	}
 	return nil
 }
+
+// countMatches reports whether a checkpoint's count of B's entries agrees
+// with a replay that held before entries before the floor's prune and after
+// entries after it: it is after (what the checkpoint counts now), or, for a
+// checkpoint written before that, between the two.
+func countMatches(claimed, before, after int64) bool { return after <= claimed && claimed <= before }
 
 // boundaryStop is the safety stop for a dedupe set that cannot be read
 // back. A transient read failure (the broker) is retried instead.
