@@ -102,6 +102,10 @@ func TestCLITasksOnce(t *testing.T) {
 		t.Errorf("transactional id %s", got)
 	}
 
+	code, out, errOut = w.cli(ctx, "check", "--config", cfg)
+	if code != 0 || strings.Count(out, "== task ") != 3 || !strings.Contains(out, "c-topic") {
+		t.Fatalf("check: exit %d\n%s\n%s", code, out, errOut)
+	}
 	code, out, errOut = w.cli(ctx, "verify", "--config", cfg)
 	if code != 0 || strings.Count(out, "== task ") != 3 {
 		t.Fatalf("verify: exit %d\n%s\n%s", code, out, errOut)
