@@ -190,9 +190,13 @@ func (e *Engine) pass(ctx context.Context) error {
 		failpoint.Hit(failpoint.AfterProduce)
 		e.txPages++
 		e.cp.Counters.Pages++
-		if page.End {
+		if page.End || page.Last {
 			e.reportFuture()
 			ev := endEvidence{at: e.cfg.Now(), cursor: req.Cursor, since: orInf(e.cp.PassLow), pages: pages}
+			if page.Last {
+				e.cp.Cursor = page.Next
+				ev.cursor = page.Next
+			}
 			if err := e.endPass(ctx); err != nil {
 				return err
 			}

@@ -55,9 +55,16 @@ type Page struct {
 	// when End is false.
 	Next string
 	// End is true when the source says this pass is complete: for a table,
-	// a page that returned no rows after the cursor (never "a short page");
-	// for an API, an explicit end-of-list signal.
+	// a page that returned no rows after the cursor; for an API, an
+	// explicit end-of-list signal. An End page has no rows.
 	End bool
+	// Last is true when the source is sure that nothing followed the
+	// page's last row when the page was read: a table's page with fewer
+	// rows than the limit. It proves what an empty page after Next read at
+	// the same moment would, so the pass ends after these rows
+	// (docs/design.md, "The walk"). Sources that cannot be sure (an API may
+	// return short pages mid-list) leave it false.
+	Last bool
 }
 
 // Source is an upstream delta feed. Implementations live in sub-packages.

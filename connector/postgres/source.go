@@ -337,7 +337,9 @@ func (s *Source) page(ctx context.Context, q querier, req connector.PageRequest)
 		return connector.Page{Next: req.Cursor, End: true}, nil
 	}
 	last := out[len(out)-1]
-	return connector.Page{Rows: out, Next: key{micros: last.UpdatedAt.UnixMicro(), id: last.ID}.cursor()}, nil
+	// Fewer rows than the LIMIT: the statement saw nothing after the last
+	// one, as an empty page after it would have.
+	return connector.Page{Rows: out, Next: key{micros: last.UpdatedAt.UnixMicro(), id: last.ID}.cursor(), Last: len(out) < req.Limit}, nil
 }
 
 // query runs one page query and decodes its rows.
