@@ -424,11 +424,7 @@ func (a *cli) ensureTasksTopic(ctx context.Context, opts []kgo.Opt, topic string
 // one --task names) once, side by side, without the group; the error is the
 // one with the highest exit code.
 func (a *cli) runTasksOnce(ctx context.Context) error {
-	tasks, err := a.selectedTasks()
-	if err != nil {
-		return err
-	}
-	env, err := a.newTaskEnv()
+	tasks, env, err := a.tasksAndEnv()
 	if err != nil {
 		return err
 	}
@@ -462,18 +458,10 @@ func worst(tasks []Task, errs []error) error {
 func perTask(run func(context.Context, *cli) error) func(context.Context, *cli) error {
 	return func(ctx context.Context, a *cli) error {
 		if len(a.cfg.Tasks) == 0 {
-			if a.taskFlag != "" {
-				_, err := a.selectedTasks()
-				return err
-			}
-			return run(ctx, a)
+			return withoutTasks(ctx, a, run)
 		}
 		defer a.closeAll()
-		tasks, err := a.selectedTasks()
-		if err != nil {
-			return err
-		}
-		env, err := a.newTaskEnv()
+		tasks, env, err := a.tasksAndEnv()
 		if err != nil {
 			return err
 		}
@@ -505,26 +493,42 @@ func perTask(run func(context.Context, *cli) error) func(context.Context, *cli) 
 	}
 }
 
+// withoutTasks runs a command of a configuration without tables, where
+// --task names nothing.
+func withoutTasks(ctx context.Context, a *cli, run func(context.Context, *cli) error) error {
+	if a.taskFlag != "" {
+		_, err := a.selectedTasks()
+		return err
+	}
+	return run(ctx, a)
+}
+
+// tasksAndEnv is the tasks a command acts on (every task, or --task) and
+// what they share.
+func (a *cli) tasksAndEnv() ([]Task, *taskEnv, error) {
+	tasks, err := a.selectedTasks()
+	if err != nil {
+		return nil, nil, err
+	}
+	env, err := a.newTaskEnv()
+	if err != nil {
+		return nil, nil, err
+	}
+	return tasks, env, nil
+}
+
 // oneTask runs a command that acts on one connector (reset, replica): with
 // tables, --task must name the task.
 func oneTask(run func(context.Context, *cli) error) func(context.Context, *cli) error {
 	return func(ctx context.Context, a *cli) error {
 		if len(a.cfg.Tasks) == 0 {
-			if a.taskFlag != "" {
-				_, err := a.selectedTasks()
-				return err
-			}
-			return run(ctx, a)
+			return withoutTasks(ctx, a, run)
 		}
 		if a.taskFlag == "" {
 			return fmt.Errorf("this configuration has tables:, so name the task this acts on with --task (one of %s): %w", a.cfg.taskNames(), errUsage)
 		}
 		defer a.closeAll()
-		tasks, err := a.selectedTasks()
-		if err != nil {
-			return err
-		}
-		env, err := a.newTaskEnv()
+		tasks, env, err := a.tasksAndEnv()
 		if err != nil {
 			return err
 		}
