@@ -98,7 +98,7 @@ func parseFloor(s string) (int64, error) {
 }
 
 // floor is the lowest updated_at any later read can meet again, given the
-// working checkpoint: a later pass starts at its watermark minus the
+// working checkpoint: a later full pass starts at its watermark minus the
 // margin, and the open pass (or load) only reads forward from its cursor.
 // math.MinInt64 means minus infinity.
 func (e *Engine) floor() (int64, error) {
@@ -135,6 +135,20 @@ func (e *Engine) floor() (int64, error) {
 	}
 	if w == math.MinInt64 {
 		return w, nil
+	}
+	// The next full pass reads from the last full pass's W - margin, below
+	// which head passes may have moved W (docs/design.md, "Head passes").
+	// (Without head passes that W is the watermark, already below w.) An
+	// open head pass that is the first since a full pass keeps, at its
+	// end, the W it started from.
+	if e.cp.HeadsSinceFull || e.cp.Phase == schemas.PhasePass && e.cp.PassHead {
+		f, err := parseFloor(e.fullWatermark())
+		if err != nil {
+			return 0, e.corrupt("full_watermark", err)
+		}
+		if w = min(w, f); w == math.MinInt64 {
+			return w, nil
+		}
 	}
 	return w - e.cfg.Margin.Microseconds(), nil
 }

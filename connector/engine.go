@@ -217,6 +217,15 @@ type Engine struct {
 	txNewest  int64  // µs; newest/oldest updated_at published in the txn
 	txOldest  int64
 	bMoved    bool // a B entry's timestamp moved since the last commit
+	// woke is set when the last idle ended on a wake-up; fullAt is when the
+	// last full pass began in this process (docs/design.md, "Head
+	// passes").
+	woke   bool
+	fullAt time.Time
+	// headRows counts the rows head passes read since the last full pass,
+	// which the next full pass reads again; fullRows the rows the last full
+	// pass read.
+	headRows, fullRows int
 	// rereadBelow is the watermark the open pass started from (µs): rows
 	// at or below it are re-reads. passW marks it valid.
 	rereadBelow int64
@@ -707,11 +716,47 @@ func (e *Engine) idle(ctx context.Context) bool {
 	case <-t.C:
 		return true
 	case <-e.cfg.Wake:
+		e.woke = true
 		if gap := e.cfg.MinPassGap - time.Since(ended); gap > 0 {
 			return e.sleep(ctx, gap)
 		}
 		return true
 	}
+}
+
+// headNext reports whether the pass about to start from idle is a head
+// pass (docs/design.md, "Head passes"): a wake-up started it, there is a
+// watermark to start from, a full pass began in this process less than a
+// poll interval ago, the head passes since have read less than a page
+// (the next full pass reads those rows again), and that full pass read no
+// more than a page. A full pass that read more is chasing writes that
+// arrive faster than passes end; then every pass is full, so each reads
+// again only what the one before it read. Every other pass is full, so
+// the poll timer, a retry and the first pass of a run all start full
+// passes.
+func (e *Engine) headNext() bool {
+	woke := e.woke
+	e.woke = false
+	return woke && e.cfg.Wake != nil && e.cp.Watermark != "" && !e.fullAt.IsZero() &&
+		time.Since(e.fullAt) < e.cfg.PollInterval && e.headRows < e.cfg.PageSize && e.fullRows <= e.cfg.PageSize
+}
+
+// fullWatermark is the watermark the next full pass reads from, less the
+// margin: the one the last full pass left while head passes have run
+// since, else W.
+func (e *Engine) fullWatermark() string {
+	if e.cp.HeadsSinceFull {
+		return e.cp.FullWatermark
+	}
+	return e.cp.Watermark
+}
+
+// fullMark is the mark the next full pass skips by.
+func (e *Engine) fullMark() string {
+	if e.cp.HeadsSinceFull {
+		return e.cp.FullMark
+	}
+	return e.cp.SeenMark
 }
 
 func (e *Engine) sleep(ctx context.Context, d time.Duration) bool {

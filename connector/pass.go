@@ -24,6 +24,7 @@ func (e *Engine) pass(ctx context.Context) error {
 	}
 	e.clockAt, e.clockThen = now, time.Now()
 	e.future, e.futureID = 0, ""
+	head := e.headNext()
 	if e.cp.Phase == schemas.PhaseLoad || e.cp.Phase == schemas.PhaseIdle && e.cp.Watermark == "" && e.keyOrdered() {
 		return e.keyLoad(ctx, now)
 	}
@@ -78,6 +79,7 @@ func (e *Engine) pass(ctx context.Context) error {
 			e.cp.PassHorizon = schemas.FormatTime(wcap)
 		} else {
 			e.cp.Phase = schemas.PhasePass
+			e.cp.PassHead = head
 			wcap := now
 			if e.cfg.Horizon {
 				wcap = capOf(h, minTime(h.Now, now))
@@ -92,9 +94,13 @@ func (e *Engine) pass(ctx context.Context) error {
 				e.cp.PassMark = mark
 			}
 		}
+		// A full pass reads from the last full pass's W - margin; a head
+		// pass from W (docs/design.md, "Head passes").
 		e.cp.PassLow = ""
-		if e.cp.Watermark != "" {
-			w, err := schemas.ParseTime(e.cp.Watermark)
+		if e.cp.PassHead {
+			e.cp.PassLow = e.cp.Watermark
+		} else if fw := e.fullWatermark(); fw != "" {
+			w, err := schemas.ParseTime(fw)
 			if err != nil {
 				return e.corrupt("watermark", err)
 			}
@@ -120,11 +126,23 @@ func (e *Engine) pass(ctx context.Context) error {
 		}
 		e.rereadBelow, e.passW = w.UnixMicro(), true
 	}
-	skip := e.cp.SeenMark
-	if e.cp.Phase == schemas.PhaseSnapshot {
+	// A full pass skips what the last full pass proves seen, and its rows
+	// are settled by its own mark. A head pass skips what the pass before
+	// it proves seen (it reads only from W), and its rows are settled only
+	// by the mark the next full pass will skip by; without one, by none.
+	skip, mark, settle := e.fullMark(), e.cp.PassMark, ""
+	switch {
+	case e.cp.Phase == schemas.PhaseSnapshot:
 		skip = "" // a load reads everything
+	case e.cp.PassHead:
+		skip, settle = e.cp.SeenMark, e.fullMark()
+		if settle == "" {
+			skip, mark = "", ""
+		}
+	case e.cp.Phase == schemas.PhasePass:
+		e.fullAt, e.headRows, e.fullRows = time.Now(), 0, 0
 	}
-	e.log.Debug("pass", "phase", e.cp.Phase, "since", orInf(e.cp.PassLow), "cursor", e.cp.Cursor)
+	e.log.Debug("pass", "phase", e.cp.Phase, "head", e.cp.PassHead, "since", orInf(e.cp.PassLow), "cursor", e.cp.Cursor)
 	pages := 0
 	// ahead is the next page, fetched while the transaction before it
 	// commits (a commit part way through the pass), so that the page joins
@@ -136,7 +154,7 @@ func (e *Engine) pass(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return e.finish(ctx)
 		}
-		req := PageRequest{Since: since, Cursor: e.cp.Cursor, Limit: e.cfg.PageSize, Skip: skip, Mark: e.cp.PassMark}
+		req := PageRequest{Since: since, Cursor: e.cp.Cursor, Limit: e.cfg.PageSize, Skip: skip, Mark: mark, Settle: settle}
 		fetchStart := time.Now()
 		var (
 			page Page
@@ -211,7 +229,7 @@ func (e *Engine) pass(ctx context.Context) error {
 		if e.txFull() {
 			// No transaction is open once the commit returns, so the
 			// page fetched meanwhile needs no transaction deadline.
-			ahead = fetchNext(ctx, src, PageRequest{Since: since, Cursor: e.cp.Cursor, Limit: e.cfg.PageSize, Skip: skip, Mark: e.cp.PassMark})
+			ahead = fetchNext(ctx, src, PageRequest{Since: since, Cursor: e.cp.Cursor, Limit: e.cfg.PageSize, Skip: skip, Mark: mark, Settle: settle})
 			if err := e.commit(ctx); err != nil {
 				return err
 			}
@@ -291,6 +309,11 @@ func (e *Engine) apply(ctx context.Context, rows []Row) error {
 			passMax, hasMax = ts, true
 		}
 		e.cp.Counters.Raw++
+		if e.cp.PassHead {
+			e.headRows++
+		} else {
+			e.fullRows++
+		}
 		if e.passW && ts <= e.rereadBelow {
 			e.cp.Counters.Reread++
 		}
@@ -426,12 +449,23 @@ func (e *Engine) endPass(ctx context.Context) error {
 	e.cp.Phase = schemas.PhaseIdle
 	e.cp.Cursor, e.cp.PassLow, e.cp.PassMax, e.cp.PassHorizon = "", "", "", ""
 	e.cp.Load = nil
+	if e.cp.PassHead {
+		// The first head pass after a full pass keeps what the next full
+		// pass starts from: that pass's mark and the W it left.
+		if !e.cp.HeadsSinceFull {
+			e.cp.HeadsSinceFull, e.cp.FullMark, e.cp.FullWatermark = true, e.cp.SeenMark, oldW
+		}
+	} else {
+		e.cp.HeadsSinceFull, e.cp.FullMark, e.cp.FullWatermark = false, "", ""
+	}
+	e.cp.PassHead = false
 	e.cp.SeenMark, e.cp.PassMark = e.cp.PassMark, ""
 	e.cp.Counters.Passes++
 	// A pass that published nothing and moved nothing commits nothing: an
 	// unchanged table costs no transaction. The committed checkpoint
 	// already says "idle at W", unless the pass was resumed.
 	if !e.txOpen && !e.bMoved && e.cp.Watermark == oldW && e.cp.SeenMark == e.committed.SeenMark &&
+		e.cp.HeadsSinceFull == e.committed.HeadsSinceFull && e.cp.FullMark == e.committed.FullMark && e.cp.FullWatermark == e.committed.FullWatermark &&
 		e.committed.Phase == schemas.PhaseIdle && wasPass != schemas.PhaseSnapshot && wasPass != schemas.PhaseLoad && (e.cp.Sweep == nil) == (e.committed.Sweep == nil) {
 		e.resetTx()
 		return nil

@@ -45,6 +45,12 @@ type PageRequest struct {
 	// a later pass with Skip = Mark is sure to leave out is flagged
 	// Row.Settled.
 	Mark string
+	// Settle, when set, is the token of an earlier pass (at or below Mark)
+	// to flag Row.Settled by instead of Mark: a head pass's rows are
+	// settled only for what the next full pass, which skips by the last
+	// full pass's mark, is sure to leave out (docs/design.md, "Head
+	// passes").
+	Settle string
 }
 
 // Page is one page of a pass.

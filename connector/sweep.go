@@ -107,8 +107,8 @@ func (e *Engine) Sweep(ctx context.Context, topic TopicView) (SweepResult, error
 	// new scan does not meet them again.
 	res := SweepResult{Tombstoned: e.cp.Sweep.Tombstoned, Repaired: e.cp.Sweep.Repaired}
 	var lowB int64 = -1 << 63
-	if e.cp.Watermark != "" {
-		if w, err := schemas.ParseTime(e.cp.Watermark); err == nil {
+	if fw := e.fullWatermark(); fw != "" {
+		if w, err := schemas.ParseTime(fw); err == nil {
 			lowB = w.Add(-e.cfg.Margin).UnixMicro()
 		}
 	}

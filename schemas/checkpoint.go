@@ -91,6 +91,18 @@ type Checkpoint struct {
 	// PassMark is the open pass's own token, which becomes SeenMark when the
 	// pass ends ("" = the source gives none).
 	PassMark string `json:"pass_mark"`
+	// PassHead is set while the open pass is a head pass: started by a
+	// change notification, it reads from W, not W - margin, and skips by
+	// SeenMark (docs/design.md, "Head passes").
+	PassHead bool `json:"pass_head,omitempty"`
+	// HeadsSinceFull is set once a head pass has finished since the last
+	// full pass; FullMark and FullWatermark then hold that full pass's
+	// mark and the watermark it left, from which the next full pass reads
+	// (FullWatermark - margin, skipping by FullMark). Unset, they are
+	// SeenMark and Watermark.
+	HeadsSinceFull bool   `json:"heads_since_full,omitempty"`
+	FullMark       string `json:"full_mark,omitempty"`
+	FullWatermark  string `json:"full_watermark,omitempty"`
 	// Legacy is the dedupe set of a version 1 checkpoint, which held it
 	// inline; DecodeCheckpoint fills it and it is never written.
 	Legacy []BoundaryEntry `json:"-"`

@@ -68,7 +68,8 @@ func parseMark(m string) (int64, error) {
 }
 
 // marks returns the page query's skip parameter (nil = no skip) and the
-// current pass's mark modulo 2^32 (nil = no Settled flags) for req.
+// mark modulo 2^32 that flags a version Settled (nil = no Settled flags)
+// for req: req.Settle when set, else the current pass's mark.
 func (s *Source) marks(sh *shape, req connector.PageRequest) (skip any, mark *int64, err error) {
 	if !sh.q.marks || req.Mark == "" {
 		return nil, nil, nil
@@ -77,9 +78,27 @@ func (s *Source) marks(sh *shape, req connector.PageRequest) (skip any, mark *in
 	if err != nil {
 		return nil, nil, err
 	}
-	m32 := m & 0xffffffff
+	settle := &m
+	if req.Settle != "" {
+		st, err := parseMark(req.Settle)
+		if err != nil {
+			return nil, nil, err
+		}
+		// A settle mark above the pass's own is from another database
+		// (see below): the next full pass will skip nothing, so nothing
+		// read now is settled.
+		settle = nil
+		if st <= m {
+			settle = &st
+		}
+	}
+	var s32 *int64
+	if settle != nil {
+		v := *settle & 0xffffffff
+		s32 = &v
+	}
 	if req.Skip == "" {
-		return nil, &m32, nil
+		return nil, s32, nil
 	}
 	k, err := parseMark(req.Skip)
 	if err != nil {
@@ -90,9 +109,12 @@ func (s *Source) marks(sh *shape, req connector.PageRequest) (skip any, mark *in
 		// the database the earlier pass read (a restore, a new cluster).
 		// Nothing it saw is proven here, so nothing is skipped.
 		s.warnOnce(fmt.Sprintf("transaction ids went backwards since the last pass (mark %d, now %d): this looks like another database (restored or rebuilt); re-reading the window without skipping", k, m))
-		return nil, &m32, nil
+		if req.Settle != "" {
+			s32 = nil // the settle mark is from that database too
+		}
+		return nil, s32, nil
 	}
-	return k & 0xffffffff, &m32, nil
+	return k & 0xffffffff, s32, nil
 }
 
 // isFresh is fresh's test in Go: whether a version written by transaction

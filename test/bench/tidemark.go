@@ -105,6 +105,11 @@ func (b *bench) start(r *tmRun, args ...string) (*proc, error) {
 		}
 	}
 	p.cmd.Env = append(env, "KAFKA_BROKERS="+strings.Join(b.k.addrs, ","))
+	// BENCH_PROFILE_DIR=DIR: each run writes a CPU profile named after its
+	// log (for performance work, with -keep).
+	if dir := os.Getenv("BENCH_PROFILE_DIR"); dir != "" {
+		p.cmd.Env = append(p.cmd.Env, "TIDEMARK_CPUPROFILE="+filepath.Join(dir, strings.TrimSuffix(filepath.Base(r.log), ".log")+".pprof"))
+	}
 	// Pdeathsig: if the bench dies, so does tidemark.
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	p.start = time.Now()

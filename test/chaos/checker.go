@@ -66,6 +66,9 @@ type Report struct {
 	Records     int // committed records in the data topic
 	Tombstones  int
 	Checkpoints int // committed checkpoints in the offsets topic
+	// HeadCheckpoints are the checkpoints committed after a head pass
+	// and before the next full pass (heads_since_full).
+	HeadCheckpoints int
 	Resets      int // checkpoints written by `tidemark reset`
 
 	// Samples holds a few examples of each failure.
@@ -203,6 +206,9 @@ func Check(ctx context.Context, t Target) (Report, error) {
 	}
 	r.Checkpoints = len(cps)
 	for i, cp := range cps {
+		if cp.HeadsSinceFull {
+			r.HeadCheckpoints++
+		}
 		if cp.RunID == schemas.ResetRunID {
 			r.Resets++
 			continue // an operator decision may move W anywhere

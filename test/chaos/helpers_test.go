@@ -374,16 +374,20 @@ type mutator struct {
 	nextID int64
 	last   time.Time
 	stats  mutStats
+	// late, when positive, holds one transaction in late open for 100 to
+	// 400 ms after its write: it commits rows dated at its start after
+	// passes (notification passes from W) have moved past them.
+	late int
 }
 
 // mutStats counts committed operations (and failed transactions).
 type mutStats struct {
-	Txns, Inserts, Updates, TieRows, SoftDeletes, Undeletes, Failed int
+	Txns, Inserts, Updates, TieRows, SoftDeletes, Undeletes, Failed, Late int
 }
 
 func (s mutStats) String() string {
-	return fmt.Sprintf("%d transactions: %d inserts, %d updates, %d rows in timestamp ties, %d soft deletes, %d undeletes (%d transactions failed)",
-		s.Txns, s.Inserts, s.Updates, s.TieRows, s.SoftDeletes, s.Undeletes, s.Failed)
+	return fmt.Sprintf("%d transactions (%d committed late): %d inserts, %d updates, %d rows in timestamp ties, %d soft deletes, %d undeletes (%d transactions failed)",
+		s.Txns, s.Late, s.Inserts, s.Updates, s.TieRows, s.SoftDeletes, s.Undeletes, s.Failed)
 }
 
 // ts returns the next updated_at: the clock, strictly after the previous
@@ -499,12 +503,19 @@ func (m *mutator) step(ctx context.Context) error {
 		}
 		apply = func() { delete(m.dead, id); m.live[id] = true; m.stats.Undeletes++ }
 	}
+	late := m.late > 0 && m.rng.IntN(m.late) == 0
+	if late {
+		time.Sleep(time.Duration(100+m.rng.IntN(300)) * time.Millisecond)
+	}
 	if err := tx.Commit(ctx); err != nil {
 		m.stats.Failed++
 		return err
 	}
 	apply()
 	m.stats.Txns++
+	if late {
+		m.stats.Late++
+	}
 	return nil
 }
 

@@ -6,21 +6,39 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tidemark/tidemark/connector/postgres"
 )
 
 // TestKill9AtRandomPoints runs `tidemark run` (continuous) as a subprocess
 // under a mutating workload and kills it with SIGKILL at random moments
 // (seeded), restarting it each time; a final clean `run --once` must leave
-// all six counts at 0.
+// all six counts at 0. The notify variant runs with change notifications
+// (source.notify): passes that notifications start between full passes
+// read from W (docs/design.md, "Head passes"), and one transaction in ten
+// commits late, after such passes moved past its rows.
 func TestKill9AtRandomPoints(t *testing.T) {
-	kills := 30
+	t.Run("poll", func(t *testing.T) { kill9AtRandomPoints(t, 30, false) })
+	t.Run("notify", func(t *testing.T) { kill9AtRandomPoints(t, 20, true) })
+}
+
+func kill9AtRandomPoints(t *testing.T, kills int, notify bool) {
 	if soak() {
-		kills = 300
+		kills *= 10
 	}
 	seed := seedFor(t)
 	rng := rand.New(rand.NewPCG(seed, 0x6b696c6c))
 	w := newWorld(t, nil)
 	m := newMutator(w, seed)
+	if notify {
+		sql, err := postgres.NotifySQL(w.db.Schema, "items", "chaos_items")
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.db.Exec(t, sql.Install)
+		w.source = map[string]string{"notify": "chaos_items"}
+		m.late = 10
+	}
 	seedRows(t, w, m, 150)
 	stop := m.run(15 * time.Millisecond)
 	cfg := w.config()
@@ -74,7 +92,13 @@ func TestKill9AtRandomPoints(t *testing.T) {
 	}
 	stats := stop()
 	w.once("final clean run")
-	w.check("kill -9")
+	r := w.check("kill -9")
+	if notify {
+		t.Logf("%d of %d checkpoints were committed between a head pass and the next full pass", r.HeadCheckpoints, r.Checkpoints)
+		if r.HeadCheckpoints == 0 {
+			t.Error("no checkpoint was committed after a head pass: the notify variant did not exercise head passes")
+		}
+	}
 	t.Logf("kill -9: %d kills survived (%d timed from the spawn, %d after the run started; %d hit a process that had committed at least one transaction) in %s; workload %s",
 		kills, early, kills-early, midStream, time.Since(began).Round(time.Millisecond), stats)
 	if n := len(startups); n >= 10 {

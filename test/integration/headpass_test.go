@@ -1,0 +1,196 @@
+package integration
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tidemark/tidemark/connector"
+	"github.com/tidemark/tidemark/connector/postgres"
+	"github.com/tidemark/tidemark/schemas"
+	"github.com/tidemark/tidemark/test/rig"
+)
+
+// Head passes (docs/design.md, "Head passes"): with notifications on, a
+// pass that a notification starts between two full passes reads from W,
+// not from W - margin; the pass the poll timer starts is full and catches
+// the late commits below W.
+
+// lastFirst is the first page request of the latest pass.
+func (p *passCounter) lastFirst() connector.PageRequest {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.firsts[len(p.firsts)-1]
+}
+
+// TestNotifyPassesStartAtTheWatermark: a pass started by a notification
+// reads from the watermark, so that its cost is the rows written since
+// the last pass, not the margin's worth of the index.
+func TestNotifyPassesStartAtTheWatermark(t *testing.T) {
+	w := newNotifyWorldWith(t, connector.Config{PollInterval: time.Hour})
+	w.insert(1)
+	w.waitPublished(t, 10*time.Second)
+	before := w.src.settled(t, 300*time.Millisecond)
+	wm := w.r.Checkpoint().Watermark
+	if wm == "" {
+		t.Fatal("no watermark after the first row was published")
+	}
+	w.insert(2)
+	w.waitPublished(t, 10*time.Second)
+	if n := w.src.settled(t, 300*time.Millisecond); n == before {
+		t.Fatal("the notification started no pass")
+	}
+	w.src.mu.Lock()
+	req := w.src.firsts[before]
+	w.src.mu.Unlock()
+	want, err := schemas.ParseTime(wm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !req.Since.Equal(want) {
+		t.Errorf("the pass a notification started read from %s, want the watermark %s (not %s below it)",
+			req.Since.Format(time.RFC3339Nano), wm, want.Sub(req.Since))
+	}
+	rig.AssertNoDupes(t, w.r.Fold())
+}
+
+// lateTx begins a transaction that writes row id dated at its start and
+// stays open; commit commits it.
+func lateTx(t *testing.T, r *rig.Rig, id int) (tl time.Time, commit func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := r.DB.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	if err := tx.QueryRow(ctx, `INSERT INTO items (id, updated_at, v) VALUES ($1, now(), 'late') RETURNING updated_at`, id).Scan(&tl); err != nil {
+		t.Fatal(err)
+	}
+	return tl, func() {
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestNotifyLateCommitReachesTheFullPass: a row dated below W when it
+// commits (a transaction that began before the rows the passes since
+// read) is not read by the notification's pass, which starts at W; the
+// next full pass, at most a poll interval later, publishes it exactly
+// once.
+func TestNotifyLateCommitReachesTheFullPass(t *testing.T) {
+	w := newNotifyWorldWith(t, connector.Config{PollInterval: 1500 * time.Millisecond})
+	w.src.settled(t, 300*time.Millisecond)
+	tl, commit := lateTx(t, w.r, 1000)
+	time.Sleep(100 * time.Millisecond)
+	for id := 1; id <= 5; id++ {
+		w.insert(id)
+		time.Sleep(30 * time.Millisecond)
+	}
+	waitFor(t, 10*time.Second, "the five rows published", func() bool { return len(w.r.Fold().Live) == 5 })
+	if wm, err := schemas.ParseTime(w.r.Checkpoint().Watermark); err != nil || !wm.After(tl) {
+		t.Fatalf("the watermark %v (%v) is not past the late row's updated_at %s", wm, err, tl)
+	}
+	commit()
+	w.waitPublished(t, 10*time.Second)
+	rig.AssertNoDupes(t, w.r.Fold())
+}
+
+// TestNotifyFullPassDedupesWhatHeadPassesPublished: head passes move W
+// far past the last full pass's W + margin; the next full pass reads
+// again, from that full pass's W - margin, every row they published, and
+// must recognise each one (the dedupe set may not forget rows the next
+// full pass will read).
+func TestNotifyFullPassDedupesWhatHeadPassesPublished(t *testing.T) {
+	w := newNotifyWorldWith(t, connector.Config{PollInterval: 2500 * time.Millisecond, Margin: 200 * time.Millisecond})
+	w.src.settled(t, 300*time.Millisecond)
+	start := w.src.count()
+	for id := 1; id <= 30; id++ {
+		w.insert(id)
+		time.Sleep(40 * time.Millisecond)
+	}
+	w.waitPublished(t, 10*time.Second)
+	deduped := w.r.Checkpoint().Counters.Deduped
+	// Wait for the full pass the poll timer starts.
+	waitFor(t, 10*time.Second, "a full pass after the head passes", func() bool {
+		return w.r.Checkpoint().Counters.Deduped > deduped
+	})
+	if w.src.count()-start < 3 {
+		t.Fatalf("%d passes ran for 30 notifications", w.src.count()-start)
+	}
+	w.waitPublished(t, 10*time.Second)
+	rig.AssertNoDupes(t, w.r.Fold())
+}
+
+// TestNotifyLateCommitAcrossARestart: the late row commits after head
+// passes moved W past it, and the connector stops before any full pass;
+// the next run's first pass is full and publishes the row exactly once.
+// (A full pass that skipped by the last head pass's mark would skip the
+// row for good.)
+func TestNotifyLateCommitAcrossARestart(t *testing.T) {
+	r := newRig(t, "", "items")
+	st, err := postgres.NotifySQL(r.DB.Schema, "items", "items_changes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Exec(st.Install)
+	// run starts a continuous engine with notifications, polling once an
+	// hour; stop stops it (also at the end of the test).
+	run := func() (src *passCounter, stop func()) {
+		ctx, cancel := context.WithCancel(context.Background())
+		l, err := postgres.Listen(ctx, r.PG, postgres.ListenConfig{Channel: "items_changes", Logger: rig.Logger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		src = &passCounter{Source: r.Src}
+		e := r.Engine(src, connector.Config{PollInterval: time.Hour, Wake: l.Wake(), MinPassGap: 20 * time.Millisecond})
+		done := make(chan error, 1)
+		go func() { _, err := e.Run(ctx, connector.Continuous); done <- err }()
+		var once sync.Once
+		stop = func() {
+			once.Do(func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("run: %v", err)
+				}
+				l.Close()
+			})
+		}
+		t.Cleanup(stop)
+		return src, stop
+	}
+	src, stop := run()
+	src.settled(t, 300*time.Millisecond)
+	tl, commit := lateTx(t, r, 1000)
+	time.Sleep(100 * time.Millisecond)
+	for id := 1; id <= 3; id++ {
+		r.Exec(`INSERT INTO items (id, v) VALUES ($1, 'on time')`, id)
+		time.Sleep(30 * time.Millisecond)
+	}
+	waitFor(t, 10*time.Second, "the three rows published", func() bool { return len(r.Fold().Live) == 3 })
+	n := src.settled(t, 300*time.Millisecond)
+	commit()
+	// The late row's notification starts a pass from W, past the row.
+	waitFor(t, 10*time.Second, "the pass the late commit's notification starts", func() bool { return src.settled(t, 300*time.Millisecond) > n })
+	if since := src.lastFirst().Since; !since.After(tl) {
+		t.Fatalf("the pass after the late commit read from %s, at or below the late row's %s: it is not a head pass", since, tl)
+	}
+	stop()
+	if _, ok := r.Fold().Live["1000"]; ok {
+		t.Fatal("a pass from W published the late row dated below W")
+	}
+	if cp := r.Checkpoint(); !cp.HeadsSinceFull || cp.FullMark == "" || cp.FullMark == cp.SeenMark {
+		t.Fatalf("the checkpoint does not keep the last full pass's mark apart: heads_since_full %v, full_mark %q, seen_mark %q", cp.HeadsSinceFull, cp.FullMark, cp.SeenMark)
+	}
+
+	_, stop = run()
+	waitFor(t, 10*time.Second, "the late row published after the restart", func() bool {
+		_, ok := r.Fold().Live["1000"]
+		return ok
+	})
+	stop()
+	r.AssertTable()
+	rig.AssertNoDupes(t, r.Fold())
+}
