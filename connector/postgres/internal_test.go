@@ -3,8 +3,11 @@ package postgres
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/tidemark/tidemark/connector"
 )
 
 func TestCheckFilter(t *testing.T) {
@@ -182,5 +185,44 @@ func TestConfigStringRedacts(t *testing.T) {
 				t.Errorf("%q leaks: %s", dsn, s)
 			}
 		}
+	}
+}
+
+// TestMarksSettle: a head pass's Settle mark flags rows Settled instead of
+// its own mark; a settle mark above the pass's own, or any settle mark when
+// transaction ids went backwards, flags nothing (docs/design.md, "Head
+// passes").
+func TestMarksSettle(t *testing.T) {
+	s := &Source{cfg: Config{Logger: slog.New(slog.DiscardHandler)}}
+	sh := &shape{q: queries{marks: true}}
+	mk := func(x int64) string { return formatMark(x) }
+	for _, c := range []struct {
+		name                string
+		skip, mark, settle  string
+		wantSkip, wantSettle any
+	}{
+		{"full pass", mk(100), mk(200), "", int64(100), int64(200)},
+		{"head pass", mk(150), mk(200), mk(100), int64(150), int64(100)},
+		{"head pass, no skip", "", mk(200), mk(100), nil, int64(100)},
+		{"settle above the pass's own mark", mk(150), mk(200), mk(300), int64(150), nil},
+		{"ids went backwards, full pass", mk(500), mk(200), "", nil, int64(200)},
+		{"ids went backwards, head pass", mk(500), mk(200), mk(100), nil, nil},
+		{"wraps modulo 2^32", mk(1<<32 + 7), mk(1<<32 + 9), mk(1<<32 + 5), int64(7), int64(5)},
+	} {
+		skip, settled, err := s.marks(sh, connector.PageRequest{Skip: c.skip, Mark: c.mark, Settle: c.settle})
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		var got any
+		if settled != nil {
+			got = *settled
+		}
+		if skip != c.wantSkip || got != c.wantSettle {
+			t.Errorf("%s: skip %v, settle mark %v; want %v, %v", c.name, skip, got, c.wantSkip, c.wantSettle)
+		}
+	}
+	if _, _, err := s.marks(sh, connector.PageRequest{Mark: mk(1), Settle: "nonsense"}); err == nil {
+		t.Error("a settle mark that is not a mark was accepted")
 	}
 }
