@@ -197,8 +197,8 @@ func TestMarksSettle(t *testing.T) {
 	sh := &shape{q: queries{marks: true}}
 	mk := func(x int64) string { return formatMark(x) }
 	for _, c := range []struct {
-		name                string
-		skip, mark, settle  string
+		name                 string
+		skip, mark, settle   string
 		wantSkip, wantSettle any
 	}{
 		{"full pass", mk(100), mk(200), "", int64(100), int64(200)},
