@@ -66,10 +66,10 @@ type Report struct {
 	Records     int // committed records in the data topic
 	Tombstones  int
 	Checkpoints int // committed checkpoints in the offsets topic
+	Resets      int // checkpoints written by `tidemark reset`
 	// HeadCheckpoints are the checkpoints committed after a head pass
 	// and before the next full pass (heads_since_full).
 	HeadCheckpoints int
-	Resets      int // checkpoints written by `tidemark reset`
 
 	// Samples holds a few examples of each failure.
 	Samples []string
