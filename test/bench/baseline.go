@@ -44,15 +44,18 @@ func (r loadResult) cpuPerRow() float64 {
 func (r loadResult) line() string {
 	s := fmt.Sprintf("%-8s %-7s %8d rows in %6.2fs = %7.0f rows/s %6.1f MiB/s; CPU %s %5.1fs, PostgreSQL %5.1fs, other processes %5.1fs",
 		r.kind, txnLabel(r), r.rows, r.wall.Seconds(), r.rowsPerSec(), r.mbPerSec(), cpuWho(r), r.selfCPU.Seconds(), r.pgCPU.Seconds(), r.otherCPU.Seconds())
-	if r.kind == "tidemark" {
+	switch r.kind {
+	case "tidemark":
 		s += fmt.Sprintf(", broker %4.1fs; RSS %3.0f MiB; %d txns", r.brkCPU.Seconds(), float64(r.maxRSSKB)/1024, r.txns)
+	case "kcat":
+		s += fmt.Sprintf(", broker %4.1fs", r.brkCPU.Seconds())
 	}
 	return s
 }
 
 func txnLabel(r loadResult) string {
 	switch {
-	case r.kind == "baseline":
+	case r.kind == "baseline" || r.kind == "kcat":
 		return "-"
 	case r.txn == 0:
 		return "default"
@@ -61,8 +64,11 @@ func txnLabel(r loadResult) string {
 }
 
 func cpuWho(r loadResult) string {
-	if r.kind == "baseline" {
+	switch r.kind {
+	case "baseline":
 		return "client+broker"
+	case "kcat":
+		return "psql+kcat"
 	}
 	return "tidemark"
 }

@@ -22,8 +22,14 @@ var loadWorkerSettings = []int{0, 1, 2, 4}
 // unordered pipe, for the best worker setting.
 const parGoal = 1.3
 
+// The two baselines' pseudo worker settings.
+const (
+	goPipe   = -1 // baseline.go: COPY into an idempotent producer in the bench process
+	kcatPipe = -2 // kcat.go: psql | kcat -P, processes of their own
+)
+
 type parRun struct {
-	workers int // -1: the baseline
+	workers int // goPipe, kcatPipe: the baselines
 	round   int
 	load    loadResult
 }
@@ -44,7 +50,17 @@ func (b *bench) parallelLoads(ctx context.Context, table string, rows, rounds in
 			return res, fmt.Errorf("baseline: %w", err)
 		}
 		fmt.Printf("      %-10s %s\n", "baseline", base.line())
-		res.runs = append(res.runs, parRun{workers: -1, round: round + 1, load: base})
+		res.runs = append(res.runs, parRun{workers: goPipe, round: round + 1, load: base})
+		if _, k := kcatPath(); k == "" && round == 0 {
+			fmt.Printf("      psql | kcat baseline skipped: psql or kcat is not installed (apt-get install kcat)\n")
+		} else if k != "" {
+			kl, err := b.kcatBaseline(ctx, table, rows)
+			if err != nil {
+				return res, fmt.Errorf("psql | kcat baseline: %w", err)
+			}
+			fmt.Printf("      %-10s %s\n", "psql|kcat", kl.line())
+			res.runs = append(res.runs, parRun{workers: kcatPipe, round: round + 1, load: kl})
+		}
 		for i := range loadWorkerSettings {
 			w := loadWorkerSettings[(i+round)%len(loadWorkerSettings)]
 			l, err := b.tidemarkLoadWith(ctx, table, rows, 0, "--sync.load_workers", strconv.Itoa(w))
@@ -58,11 +74,14 @@ func (b *bench) parallelLoads(ctx context.Context, table string, rows, rounds in
 	return res, nil
 }
 
-// ratios are the setting's rows/s over the same round's baseline.
-func (r parResult) ratios(workers int) []float64 {
+// ratios are the setting's rows/s over the same round's Go pipe.
+func (r parResult) ratios(workers int) []float64 { return r.ratiosVs(workers, goPipe) }
+
+// ratiosVs are the setting's rows/s over the same round's baseline pipe.
+func (r parResult) ratiosVs(workers, pipe int) []float64 {
 	base := map[int]float64{}
 	for _, p := range r.runs {
-		if p.workers < 0 {
+		if p.workers == pipe {
 			base[p.round] = p.load.rowsPerSec()
 		}
 	}
@@ -87,18 +106,20 @@ func (r parResult) of(workers int) []loadResult {
 
 func label(workers int) string {
 	switch workers {
-	case -1:
-		return "raw unordered pipe"
+	case goPipe:
+		return "raw unordered pipe (COPY into a Go idempotent producer)"
+	case kcatPipe:
+		return "raw unordered pipe, `psql \\| kcat -P`" // \| in a table cell
 	case 0:
 		return "tidemark, (updated_at, id) walk"
 	}
 	return "tidemark, key order, " + strconv.Itoa(workers) + " worker" + map[bool]string{true: "s"}[workers > 1]
 }
 
-// best is the worker setting with the highest median ratio.
-func (r parResult) best() (workers int, ratio float64) {
+// best is the worker setting with the highest median ratio over pipe.
+func (r parResult) best(pipe int) (workers int, ratio float64) {
 	for _, w := range loadWorkerSettings[1:] {
-		if m := median(r.ratios(w)); m > ratio {
+		if m := median(r.ratiosVs(w, pipe)); m > ratio {
 			workers, ratio = w, m
 		}
 	}
@@ -114,9 +135,18 @@ func (r *results) parSummary(b *strings.Builder) {
 	for _, w := range loadWorkerSettings {
 		parts = append(parts, fmt.Sprintf("%d: %.2f", w, median(r.par.ratios(w))))
 	}
-	w, best := r.par.best()
-	fmt.Fprintf(b, "| initial load on a table with shuffled updated_at / raw unordered pipe, by sync.load_workers, median of %d rounds | %s (best %d workers: **%.2f**) | >= %.1f | %s |\n",
+	w, best := r.par.best(goPipe)
+	fmt.Fprintf(b, "| initial load on a table with shuffled updated_at / raw unordered pipe (COPY into a Go idempotent producer), by sync.load_workers, median of %d rounds | %s (best %d workers: **%.2f**) | >= %.1f | %s |\n",
 		r.par.rounds, strings.Join(parts, "; "), w, best, parGoal, verdict(best >= parGoal))
+	if len(r.par.of(kcatPipe)) > 0 {
+		parts = parts[:0]
+		for _, wk := range loadWorkerSettings {
+			parts = append(parts, fmt.Sprintf("%d: %.2f", wk, median(r.par.ratiosVs(wk, kcatPipe))))
+		}
+		w, best := r.par.best(kcatPipe)
+		fmt.Fprintf(b, "| the same / the issue's literal pipe `psql -c \"COPY ...\" \\| kcat -P` (idempotent librdkafka producer), median of %d rounds | %s (best %d workers: **%.2f**) | >= %.1f | %s |\n",
+			r.par.rounds, strings.Join(parts, "; "), w, best, parGoal, verdict(best >= parGoal))
+	}
 }
 
 // renderPar writes the section.
@@ -128,8 +158,12 @@ func (r *results) renderPar(b *strings.Builder) {
 	fmt.Fprintf(b, "## Initial load in key order (sync.load_workers)\n\n")
 	fmt.Fprintf(b, "A second table of %d rows, the same columns, whose updated_at is unrelated to the heap order (row g gets the timestamp of position g·7919 mod n, %d rows per value), %.0f MiB heap. ", t.rows, t.ties, t.heapMB)
 	fmt.Fprintf(b, "Each round runs the raw unordered pipe first (`COPY (SELECT id, row_to_json(t) FROM t) TO STDOUT` into a non-transactional idempotent producer, no compression, as `psql | kcat -P` would: a sequential scan, no order, no checkpoint), then tidemark (`run --once`, default settings, so lz4 and exactly once) with each `sync.load_workers` setting in a rotating order; 0 is the `(updated_at, id)` walk, which on this table reads the heap at random. Each tidemark run is read back read_committed and must hold exactly one record per row. Ratio = rows/s over the same round's pipe.\n\n")
-	fmt.Fprintf(b, "| run | rows/s (median) | ratio (median) | ratios by round | tidemark CPU s | PostgreSQL CPU s | broker CPU s | peak RSS MiB |\n|---|---:|---:|---|---:|---:|---:|---:|\n")
-	for _, w := range append([]int{-1}, loadWorkerSettings...) {
+	if len(r.par.of(kcatPipe)) == 0 {
+		fmt.Fprintf(b, "kcat was not installed, so the `psql | kcat -P` pipe did not run (apt-get install kcat).\n\n")
+	}
+	fmt.Fprintf(b, "When `psql` and `kcat` are installed, each round also runs the issue's literal pipe, `psql -c \"COPY (SELECT id, row_to_json(t) FROM t) TO STDOUT\" | kcat -P -K <TAB>` (librdkafka, enable.idempotence, acks all, linger 5 ms, no compression), right after the Go pipe: two processes of their own, so their CPU is measured apart from the broker's. Its ratios are in the last column.\n\n")
+	fmt.Fprintf(b, "| run | rows/s (median) | ratio (median) | ratios by round | tidemark (or client) CPU s | PostgreSQL CPU s | broker CPU s | peak RSS MiB | ratio over psql \\| kcat (median) |\n|---|---:|---:|---|---:|---:|---:|---:|---:|\n")
+	for _, w := range append([]int{goPipe, kcatPipe}, loadWorkerSettings...) {
 		runs := r.par.of(w)
 		if len(runs) == 0 {
 			continue
@@ -144,6 +178,13 @@ func (r *results) renderPar(b *strings.Builder) {
 			rss = append(rss, l.maxRSSKB)
 		}
 		ratio, byRound := "1", ""
+		if w == kcatPipe {
+			ratio = fmt.Sprintf("%.2f", median(r.par.ratiosVs(kcatPipe, goPipe)))
+		}
+		kcatRatio := "1"
+		if w != kcatPipe {
+			kcatRatio = fmt.Sprintf("%.2f", median(r.par.ratiosVs(w, kcatPipe)))
+		}
 		if w >= 0 {
 			rs := r.par.ratios(w)
 			ratio = fmt.Sprintf("%.2f", median(rs))
@@ -157,7 +198,7 @@ func (r *results) renderPar(b *strings.Builder) {
 		if w >= 0 {
 			rssCell = mib(slices.Max(rss))
 		}
-		fmt.Fprintf(b, "| %s | %.0f | %s | %s | %.1f | %.1f | %.1f | %s |\n", label(w), median(rps), ratio, byRound, median(self), median(pg), median(brk), rssCell)
+		fmt.Fprintf(b, "| %s | %.0f | %s | %s | %.1f | %.1f | %.1f | %s | %s |\n", label(w), median(rps), ratio, byRound, median(self), median(pg), median(brk), rssCell, kcatRatio)
 	}
-	fmt.Fprintf(b, "\nOn the baseline row, CPU s (self) is the bench process: the client and the in-process broker together.\n\n")
+	fmt.Fprintf(b, "\nOn the Go pipe's row, CPU s is the bench process: the client and the in-process broker together; on the kcat pipe's, psql and kcat (the broker apart).\n\n")
 }
