@@ -226,6 +226,9 @@ type Engine struct {
 	// which the next full pass reads again; fullRows the rows the last full
 	// pass read.
 	headRows, fullRows int
+	// headEnded is set by the end of a head pass for the commit that
+	// follows (CommitInfo.HeadPass).
+	headEnded bool
 	// rereadBelow is the watermark the open pass started from (µs): rows
 	// at or below it are re-reads. passW marks it valid.
 	rereadBelow int64

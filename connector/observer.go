@@ -36,6 +36,9 @@ type CommitInfo struct {
 	NewestUpdatedAt, OldestUpdatedAt time.Time
 	CommittedAt                      time.Time
 	PassEnded                        bool
+	// HeadPass is set with PassEnded when the pass was a head pass
+	// (docs/design.md, "Head passes").
+	HeadPass bool
 }
 
 // RereadObserver is implemented by observers that count re-reads: rows a

@@ -449,6 +449,7 @@ func (e *Engine) endPass(ctx context.Context) error {
 	e.cp.Phase = schemas.PhaseIdle
 	e.cp.Cursor, e.cp.PassLow, e.cp.PassMax, e.cp.PassHorizon = "", "", "", ""
 	e.cp.Load = nil
+	e.headEnded = e.cp.PassHead
 	if e.cp.PassHead {
 		// The first head pass after a full pass keeps what the next full
 		// pass starts from: that pass's mark and the W it left.
@@ -539,7 +540,9 @@ func (e *Engine) observeCommit(took time.Duration) {
 		Pages: c.Pages - p.Pages, Raw: c.Raw - p.Raw, Published: c.Published - p.Published,
 		Deduped: c.Deduped - p.Deduped, Tombstones: c.Tombstones - p.Tombstones,
 		CommittedAt: e.cfg.Now(), PassEnded: e.cp.Phase == schemas.PhaseIdle,
+		HeadPass: e.cp.Phase == schemas.PhaseIdle && e.headEnded,
 	}
+	e.headEnded = false
 	if !e.txStart.IsZero() {
 		info.Span = e.cfg.Now().Sub(e.txStart)
 	}

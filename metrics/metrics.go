@@ -56,7 +56,7 @@ type Metrics struct {
 
 	rowsRead, rowsPublished, rowsDeduped, rowsTombstoned prometheus.Counter
 	rowsReread, rowsFuture, schemaChanges                prometheus.Counter
-	txCommitted, txAborted, passes                       prometheus.Counter
+	txCommitted, txAborted, passes, headPasses           prometheus.Counter
 	txDuration, commitDuration, pageFetch, sourceToTopic prometheus.Histogram
 	retries, stops                                       *prometheus.CounterVec
 	sweeps, sweepTombstoned, sweepRepaired               prometheus.Counter
@@ -130,6 +130,7 @@ func New(cfg Config) *Metrics {
 	m.txCommitted = counter("transactions_committed_total", "Kafka transactions committed (data and checkpoint together).")
 	m.txAborted = counter("transactions_aborted_total", "Kafka transactions aborted or failed; the engine resumes from the last committed checkpoint.")
 	m.passes = counter("passes_completed_total", "Passes that reached the end of the source and were committed.")
+	m.headPasses = counter("head_passes_total", "Completed passes that a change notification started and that read from the watermark, not the margin below it (source.notify; docs/design.md, \"Head passes\"); included in passes_completed_total.")
 	m.sweeps = counter("sweeps_total", "Hard-delete reconciliation sweeps completed.")
 	m.sweepTombstoned = counter("sweep_tombstoned_total", "Tombstones published by sweeps for ids gone from the source.")
 	m.sweepRepaired = counter("sweep_repaired_total", "Rows republished by sweeps because the topic lacked them.")
@@ -248,6 +249,9 @@ func (m *Metrics) ObserveCommit(c connector.CommitInfo) {
 	}
 	if c.PassEnded {
 		m.passes.Inc()
+		if c.HeadPass {
+			m.headPasses.Inc()
+		}
 	}
 	at := c.CommittedAt
 	if at.IsZero() {

@@ -92,6 +92,8 @@ func TestObserverSeries(t *testing.T) {
 	m.ObserveCommit(connector.CommitInfo{Seq: 1, Took: 5 * time.Millisecond, Span: 40 * time.Millisecond,
 		Records: 3, Pages: 2, Raw: 3, Published: 3, Tombstones: 1, Watermark: wm,
 		NewestUpdatedAt: wm, CommittedAt: clk.now(), PassEnded: true})
+	m.ObserveCommit(connector.CommitInfo{Seq: 2, Watermark: wm, CommittedAt: clk.now(), PassEnded: true, HeadPass: true})
+	m.ObserveCommit(connector.CommitInfo{Seq: 3, Watermark: wm, CommittedAt: clk.now(), HeadPass: true}) // not a pass end
 	m.ObserveRetry("kafka")
 	m.ObserveRetry("something new")
 	m.ObserveAbort()
@@ -102,12 +104,13 @@ func TestObserverSeries(t *testing.T) {
 		"tidemark_rows_read_total":                          3,
 		"tidemark_rows_published_total":                     3,
 		"tidemark_rows_tombstoned_total":                    1,
-		"tidemark_transactions_committed_total":             1,
+		"tidemark_transactions_committed_total":             3,
 		"tidemark_transactions_aborted_total":               1,
-		"tidemark_passes_completed_total":                   1,
+		"tidemark_passes_completed_total":                   2,
+		"tidemark_head_passes_total":                        1,
 		"tidemark_page_fetch_duration_seconds_count":        2,
 		"tidemark_transaction_duration_seconds_count":       1,
-		"tidemark_commit_duration_seconds_count":            1,
+		"tidemark_commit_duration_seconds_count":            3,
 		"tidemark_source_to_topic_latency_seconds_sum":      90,
 		"tidemark_retries_total{reason=kafka}":              1,
 		"tidemark_retries_total{reason=other}":              1,

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,7 +29,8 @@ func (p *passCounter) lastFirst() connector.PageRequest {
 // reads from the watermark, so that its cost is the rows written since
 // the last pass, not the margin's worth of the index.
 func TestNotifyPassesStartAtTheWatermark(t *testing.T) {
-	w := newNotifyWorldWith(t, connector.Config{PollInterval: time.Hour})
+	obs := &headObserver{}
+	w := newNotifyWorldWith(t, connector.Config{PollInterval: time.Hour, Observer: obs})
 	w.insert(1)
 	w.waitPublished(t, 10*time.Second)
 	before := w.src.settled(t, 300*time.Millisecond)
@@ -52,7 +54,24 @@ func TestNotifyPassesStartAtTheWatermark(t *testing.T) {
 		t.Errorf("the pass a notification started read from %s, want the watermark %s (not %s below it)",
 			req.Since.Format(time.RFC3339Nano), wm, want.Sub(req.Since))
 	}
+	if n := obs.heads.Load(); n == 0 {
+		t.Error("no committed pass was reported as a head pass (CommitInfo.HeadPass)")
+	}
 	rig.AssertNoDupes(t, w.r.Fold())
+}
+
+// headObserver counts the committed ends of head passes.
+type headObserver struct{ heads atomic.Int64 }
+
+func (o *headObserver) ObservePage(time.Duration, int)     {}
+func (o *headObserver) ObserveAbort()                      {}
+func (o *headObserver) ObserveRetry(string)                {}
+func (o *headObserver) ObserveStop(string)                 {}
+func (o *headObserver) ObserveSweep(connector.SweepResult) {}
+func (o *headObserver) ObserveCommit(c connector.CommitInfo) {
+	if c.PassEnded && c.HeadPass {
+		o.heads.Add(1)
+	}
 }
 
 // lateTx begins a transaction that writes row id dated at its start and
