@@ -138,6 +138,11 @@ func (b *bench) latencyRunSpec(ctx context.Context, table string, spec latencySp
 	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+t).Scan(&n); err != nil {
 		return res, err
 	}
+	// Every run starts from the same table: the dead versions of the runs
+	// before it would otherwise tax its index scans.
+	if _, err := b.pool.Exec(ctx, "VACUUM ANALYZE "+t); err != nil {
+		return res, fmt.Errorf("vacuum %s before the run: %w", table, err)
+	}
 	r, err := b.newRun(table, 0)
 	if err != nil {
 		return res, err

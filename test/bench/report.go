@@ -191,7 +191,7 @@ func (r *results) render(o options) string {
 	// Latency.
 	l := r.latency
 	fmt.Fprintf(&b, "## Incremental latency\n\n")
-	fmt.Fprintf(&b, "tidemark runs continuously (`tidemark run`, default settings, poll_interval 1s with the default 0.2 jitter) on the %s-row table after its initial load; one writer connection updates distinct random rows, each UPDATE setting updated_at = clock_timestamp() and attrs.seq = a sequence number, and notes the time its commit returned; a read_committed consumer in the bench process notes when each sequence number appears (key + attrs.seq).\n\n", rowsLabel(r.scale[0].rows))
+	fmt.Fprintf(&b, "tidemark runs continuously (`tidemark run`, default settings, poll_interval 1s with the default 0.2 jitter) on the %s-row table after its initial load (the table is vacuumed before each latency run, this one and the notify runs below, so that none pays for the dead versions of the runs before it); one writer connection updates distinct random rows, each UPDATE setting updated_at = clock_timestamp() and attrs.seq = a sequence number, and notes the time its commit returned; a read_committed consumer in the bench process notes when each sequence number appears (key + attrs.seq).\n\n", rowsLabel(r.scale[0].rows))
 	fmt.Fprintf(&b, "| updates | rate | visible | p50 | p99 | max | tidemark CPU s | peak RSS MiB |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	fmt.Fprintf(&b, "| %d | %.0f/s | %d | %s | %s | %s | %.1f | %s |\n\n", l.updates, l.rate, l.seen, ms(l.p50), ms(l.p99), ms(l.max), l.cpu.Seconds(), mib(l.rssKB))
 
