@@ -318,7 +318,10 @@ func cmdStatus(ctx context.Context, a *cli) (err error) {
 	case cp.Phase == schemas.PhaseLoad && cp.Load != nil:
 		printLoad(a.stdout, cp)
 	case cp.Phase != schemas.PhaseIdle:
-		fmt.Fprintf(a.stdout, "open pass:    from %s, cursor %q, max updated_at %s\n", orInf(cp.PassLow), cp.Cursor, cp.PassMax)
+		fmt.Fprintf(a.stdout, "open pass:    %sfrom %s, cursor %q, max updated_at %s\n", map[bool]string{true: "head pass, "}[cp.PassHead], orInf(cp.PassLow), cp.Cursor, cp.PassMax)
+	}
+	if line := fullPassLine(cp, a.cfg.Sync.Margin.Duration); line != "" {
+		fmt.Fprintf(a.stdout, "full pass:    %s\n", line)
 	}
 	segs := 0
 	for _, u := range cp.Boundary.Units {
@@ -490,6 +493,20 @@ func cmdReset(ctx context.Context, a *cli) error {
 	a.log.Warn("operator reset committed", "connector", a.cfg.Name, "watermark", orInf(wm), "by", by, "reason", a.reason, "seq", cp.Seq)
 	fmt.Fprintf(a.stdout, "reset committed (checkpoint seq %d)\n", cp.Seq)
 	return nil
+}
+
+// fullPassLine is status's line about the next full pass while head passes
+// have run since the last one (docs/design.md, "Head passes"), or "".
+func fullPassLine(cp *schemas.Checkpoint, margin time.Duration) string {
+	if !cp.HeadsSinceFull {
+		return ""
+	}
+	from := "-infinity"
+	if w, err := schemas.ParseTime(cp.FullWatermark); err == nil {
+		from = schemas.FormatTime(w.Add(-max(margin, 0)))
+	}
+	return fmt.Sprintf("due; head passes have run since the last one, which left the watermark at %s: the next reads from %s, and rows committed late below the watermark wait for it (at most sync.poll_interval)",
+		orInf(cp.FullWatermark), from)
 }
 
 func orInf(ts string) string {

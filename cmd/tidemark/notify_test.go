@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tidemark/tidemark/fold"
+	"github.com/tidemark/tidemark/schemas"
 )
 
 // TestCLINotifyWakesRun: on a table whose name holds quotes and a space,
@@ -181,4 +182,22 @@ func writeFile(t *testing.T, dir, name, text string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestFullPassLine: status names where the next full pass reads from only
+// while head passes have run since the last one.
+func TestFullPassLine(t *testing.T) {
+	if got := fullPassLine(&schemas.Checkpoint{Watermark: "2026-12-01T10:00:00Z"}, 10*time.Second); got != "" {
+		t.Errorf("without head passes: %q, want no line", got)
+	}
+	cp := &schemas.Checkpoint{Watermark: "2026-12-01T10:00:05Z", HeadsSinceFull: true, FullWatermark: "2026-12-01T10:00:00Z", FullMark: "x1:7"}
+	got := fullPassLine(cp, 10*time.Second)
+	for _, want := range []string{"due", "left the watermark at 2026-12-01T10:00:00Z", "reads from 2026-12-01T09:59:50.000000Z", "committed late"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("%q lacks %q", got, want)
+		}
+	}
+	if got := fullPassLine(cp, -time.Second); !strings.Contains(got, "reads from 2026-12-01T10:00:00.000000Z") {
+		t.Errorf("no margin: %q", got)
+	}
 }
