@@ -45,6 +45,11 @@ type SweepResult struct {
 	// Buckets is set when the topic was compared by buckets (it may hold
 	// more live keys than Config.SweepMaxKeys).
 	Buckets *BucketStats `json:",omitempty"`
+	// Resumed is set when the sweep went on from a part committed before
+	// a failure or a crash: Tombstoned and Repaired count that part too,
+	// while View, SourceRows and TopicKeys are the resumed scan's (its
+	// topic holds the part's repairs and tombstones).
+	Resumed bool `json:",omitempty"`
 }
 
 func (r SweepResult) String() string {
@@ -53,6 +58,9 @@ func (r SweepResult) String() string {
 	if b := r.Buckets; b != nil {
 		s += fmt.Sprintf(" (by buckets: %d of %d differed, %d rounds, %d partition reads, %d source scans)",
 			b.Differing, b.Buckets, b.Rounds, b.TargetReads, b.SourceScans)
+	}
+	if r.Resumed {
+		s += " (resumed from a committed part)"
 	}
 	return s
 }
@@ -99,13 +107,14 @@ func (e *Engine) Sweep(ctx context.Context, topic TopicView) (SweepResult, error
 			"finish the load with `tidemark run --once` (or let `tidemark run` finish it), then sweep: %w", ErrInitialLoadOpen, p, e.cp.Seq, ErrPermanent)
 	}
 	start := time.Now()
+	resumed := e.cp.Sweep != nil
 	if e.cp.Sweep == nil {
 		e.cp.Sweep = &schemas.SweepProgress{StartedAt: schemas.FormatTime(e.cfg.Now())}
 	}
 	// A sweep resumed after a failure or a crash counts on from what its
 	// committed part repaired and tombstoned: those keys now match, so the
 	// new scan does not meet them again.
-	res := SweepResult{Tombstoned: e.cp.Sweep.Tombstoned, Repaired: e.cp.Sweep.Repaired}
+	res := SweepResult{Tombstoned: e.cp.Sweep.Tombstoned, Repaired: e.cp.Sweep.Repaired, Resumed: resumed}
 	var lowB int64 = -1 << 63
 	if fw := e.fullWatermark(); fw != "" {
 		if w, err := schemas.ParseTime(fw); err == nil {

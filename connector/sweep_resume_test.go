@@ -57,6 +57,9 @@ func TestSweepRetriedAfterAFailedCommitCountsItsCommittedPart(t *testing.T) {
 	if res.Tombstoned != 6 || res.Repaired != 9 {
 		t.Errorf("sweep after a failed commit: %s; want 6 tombstoned and 9 repaired in all", res)
 	}
+	if !res.Resumed {
+		t.Errorf("the sweep went on from its committed part but does not say so: %s", res)
+	}
 	cp, err := r.store().Load(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -147,9 +147,18 @@ func TestBucketedSameAsInMemory(t *testing.T) {
 				t.Errorf("%s: verify %s the sweep differs from in-memory: %s", b.name, when, d)
 			}
 		}
+		// A sweep that went on from a part committed before a transient
+		// failure (the in-process broker sometimes answers a commit with
+		// OUT_OF_ORDER_SEQUENCE_NUMBER) counts the live keys of its resumed
+		// view, which holds that part's repairs: its totals must still
+		// agree, its view's key count need not.
+		sameView := !o.sweep.Resumed && !base.sweep.Resumed
 		if o.sweep.Tombstoned != base.sweep.Tombstoned || o.sweep.Repaired != base.sweep.Repaired ||
-			o.sweep.SourceRows != base.sweep.SourceRows || o.sweep.TopicKeys != base.sweep.TopicKeys {
+			o.sweep.SourceRows != base.sweep.SourceRows || sameView && o.sweep.TopicKeys != base.sweep.TopicKeys {
 			t.Errorf("%s: sweep %s; in memory %s", b.name, o.sweep, base.sweep)
+		}
+		if !sameView {
+			t.Logf("%s: a sweep resumed after a failure (%s; in memory %s): live topic keys not compared", b.name, o.sweep, base.sweep)
 		}
 		if !slices.Equal(o.tombstoned, base.tombstoned) {
 			t.Errorf("%s: tombstoned keys %v; in memory %v", b.name, o.tombstoned, base.tombstoned)
