@@ -740,7 +740,7 @@ func (e *Engine) idle(ctx context.Context) bool {
 func (e *Engine) headNext() bool {
 	woke := e.woke
 	e.woke = false
-	return woke && e.cfg.Wake != nil && e.cp.Watermark != "" && !e.fullAt.IsZero() &&
+	return woke && e.cp.Watermark != "" && !e.fullAt.IsZero() &&
 		time.Since(e.fullAt) < e.cfg.PollInterval && e.headRows < e.cfg.PageSize && e.fullRows <= e.cfg.PageSize
 }
 

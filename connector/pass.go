@@ -139,7 +139,8 @@ func (e *Engine) pass(ctx context.Context) error {
 		if settle == "" {
 			skip, mark = "", ""
 		}
-	case e.cp.Phase == schemas.PhasePass:
+	}
+	if e.cp.Phase == schemas.PhasePass && !e.cp.PassHead {
 		e.fullAt, e.headRows, e.fullRows = time.Now(), 0, 0
 	}
 	e.log.Debug("pass", "phase", e.cp.Phase, "head", e.cp.PassHead, "since", orInf(e.cp.PassLow), "cursor", e.cp.Cursor)
@@ -197,6 +198,11 @@ func (e *Engine) pass(ctx context.Context) error {
 		e.cfg.Observer.ObservePage(time.Since(fetchStart), len(page.Rows))
 		failpoint.Hit(failpoint.AfterFetch)
 		pages++
+		if e.cp.PassHead {
+			e.headRows += len(page.Rows)
+		} else {
+			e.fullRows += len(page.Rows)
+		}
 		reread, deduped := e.cp.Counters.Reread, e.cp.Counters.Deduped
 		if err := e.apply(ctx, page.Rows); err != nil {
 			e.abort(ctx)
@@ -309,11 +315,6 @@ func (e *Engine) apply(ctx context.Context, rows []Row) error {
 			passMax, hasMax = ts, true
 		}
 		e.cp.Counters.Raw++
-		if e.cp.PassHead {
-			e.headRows++
-		} else {
-			e.fullRows++
-		}
 		if e.passW && ts <= e.rereadBelow {
 			e.cp.Counters.Reread++
 		}

@@ -78,24 +78,20 @@ func (s *Source) marks(sh *shape, req connector.PageRequest) (skip any, mark *in
 	if err != nil {
 		return nil, nil, err
 	}
-	settle := &m
+	settle, settles := m, true
 	if req.Settle != "" {
-		st, err := parseMark(req.Settle)
-		if err != nil {
+		if settle, err = parseMark(req.Settle); err != nil {
 			return nil, nil, err
 		}
 		// A settle mark above the pass's own is from another database
 		// (see below): the next full pass will skip nothing, so nothing
 		// read now is settled.
-		settle = nil
-		if st <= m {
-			settle = &st
-		}
+		settles = settle <= m
 	}
-	var s32 *int64
-	if settle != nil {
-		v := *settle & 0xffffffff
-		s32 = &v
+	s32 := &settle
+	*s32 &= 0xffffffff
+	if !settles {
+		s32 = nil
 	}
 	if req.Skip == "" {
 		return nil, s32, nil

@@ -12,7 +12,6 @@ import (
 	"io"
 	"os/exec"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -100,11 +99,7 @@ func childCPU(c *exec.Cmd) time.Duration {
 	if c.ProcessState == nil {
 		return 0
 	}
-	ru, ok := c.ProcessState.SysUsage().(*syscall.Rusage)
-	if !ok {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return c.ProcessState.UserTime() + c.ProcessState.SystemTime()
 }
 
 func tailOf(s string) string {
