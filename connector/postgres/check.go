@@ -53,19 +53,10 @@ func check(ctx context.Context, pool *pgxpool.Pool, cfg Config) (Report, error) 
 // outside years 1..9999, which an RFC 3339 timestamp (record headers, the
 // checkpoint) cannot express.
 func checkTimes(ctx context.Context, pool *pgxpool.Pool, cfg Config, t *table, rep *Report) error {
-	ua, id := quote(t.updatedAt.name), quote(t.id.name)
-	filter := ""
-	if cfg.Filter != "" {
-		filter = " AND (" + cfg.Filter + "\n)"
-	}
+	ua := quote(t.updatedAt.name)
 	var ahead, outside int64
 	var latest, example *string
-	err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE `+ua+` > clock_timestamp()),
-			max(`+ua+`) FILTER (WHERE `+ua+` > clock_timestamp() AND `+ua+` < '10000-01-01 00:00:00+00')::text,
-			count(*) FILTER (WHERE NOT (`+ua+` >= '0001-01-01 00:00:00+00' AND `+ua+` < '10000-01-01 00:00:00+00')),
-			min(`+id+`::text) FILTER (WHERE NOT (`+ua+` >= '0001-01-01 00:00:00+00' AND `+ua+` < '10000-01-01 00:00:00+00'))
-		FROM `+t.ident+` WHERE (`+ua+` > clock_timestamp() OR `+ua+` < '0001-01-01 00:00:00+00')`+filter).Scan(&ahead, &latest, &outside, &example)
-	if err != nil {
+	if err := pool.QueryRow(ctx, timesQuery(cfg, t)).Scan(&ahead, &latest, &outside, &example); err != nil {
 		return fmt.Errorf("check %s: %w", ua, err)
 	}
 	if outside > 0 {
@@ -79,6 +70,32 @@ func checkTimes(ctx context.Context, pool *pgxpool.Pool, cfg Config, t *table, r
 		rep.ok("timestamps", "no row of %s has %s ahead of the database clock", t.ident, ua)
 	}
 	return nil
+}
+
+// timesQuery counts the rows checkTimes reports (a row after year 9999 is
+// outside, not ahead). It runs at every start, so
+// its WHERE must be served by the (updated_at, id) index: two range scans,
+// rows ahead of the clock and rows before year 1, both normally empty.
+// statement_timestamp() is stable, so the planner can use it as an index
+// bound; clock_timestamp() is volatile and would force a sequential scan
+// of the whole table.
+func timesQuery(cfg Config, t *table) string {
+	ua, id := quote(t.updatedAt.name), quote(t.id.name)
+	filter := ""
+	if cfg.Filter != "" {
+		filter = " AND (" + cfg.Filter + "\n)" // see checkFilter
+	}
+	const (
+		first = "'0001-01-01 00:00:00+00'"
+		end   = "'10000-01-01 00:00:00+00'"
+	)
+	outside := "NOT (" + ua + " >= " + first + " AND " + ua + " < " + end + ")"
+	ahead := ua + " > statement_timestamp() AND " + ua + " < " + end
+	return "SELECT count(*) FILTER (WHERE " + ahead + "),\n" +
+		"\tmax(" + ua + ") FILTER (WHERE " + ahead + ")::text,\n" +
+		"\tcount(*) FILTER (WHERE " + outside + "),\n" +
+		"\tmin(" + id + "::text) FILTER (WHERE " + outside + ")\n" +
+		"FROM " + t.ident + " WHERE (" + ua + " > statement_timestamp() OR " + ua + " < " + first + ")" + filter
 }
 
 func deref(s *string) string {

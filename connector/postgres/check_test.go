@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -173,5 +174,52 @@ func TestCheckIndex(t *testing.T) {
 	wantFinding(t, r, "index", postgres.OK, "serves ORDER BY")
 	if n := len(find(r, "index")); n != 1 {
 		t.Errorf("%d index findings", n)
+	}
+}
+
+// TestCheckTimesReadsTheIndex: the preflight's timestamp check runs at
+// every start of `tidemark run`. It must be served by the (updated_at, id)
+// index: a sequential scan of the whole table would make every start (and
+// every restart after an outage) cost a full read of a big table.
+func TestCheckTimesReadsTheIndex(t *testing.T) {
+	db := harness.NewDB(t)
+	db.Exec(t, "CREATE TABLE t (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL, v text)")
+	db.Exec(t, "CREATE INDEX ON t (updated_at, id)")
+	db.Exec(t, "INSERT INTO t SELECT g, now() - g * interval '1 second', 'x' FROM generate_series(1, 20000) g")
+	db.Exec(t, "ANALYZE t")
+	for _, filter := range []string{"", "v <> 'y'"} {
+		cfg := config(db, "t")
+		cfg.Filter = filter
+		ctx := context.Background()
+		q, err := postgres.TimesQuery(ctx, db.Pool, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The check reads a few index pages, not the table's 150
+		// heap pages or the whole index.
+		var raw []byte
+		if err := db.Pool.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+q).Scan(&raw); err != nil {
+			t.Fatal(err)
+		}
+		var plan []struct {
+			Plan struct {
+				Hit  int `json:"Shared Hit Blocks"`
+				Read int `json:"Shared Read Blocks"`
+			}
+		}
+		if err := json.Unmarshal(raw, &plan); err != nil || len(plan) != 1 {
+			t.Fatalf("EXPLAIN: %v: %s", err, raw)
+		}
+		if b := plan[0].Plan.Hit + plan[0].Plan.Read; b > 20 {
+			t.Errorf("filter %q: the timestamp check reads %d blocks of a 20000-row table:\n%s\n%s", filter, b, q, raw)
+		}
+	}
+	// The findings are as before.
+	db.Exec(t, "INSERT INTO t VALUES (-1, now() + interval '1 hour', 'x'), (-2, 'infinity', 'x')")
+	r := check(t, config(db, "t"))
+	wantFinding(t, r, "timestamps", postgres.Fail, "1 rows", "outside years 1..9999", "id -2")
+	wantFinding(t, r, "timestamps", postgres.Warn, "1 rows", "ahead of the database clock")
+	if f := find(r, "timestamps"); len(f) != 2 {
+		t.Errorf("want one fail and one warning:\n%s", r)
 	}
 }

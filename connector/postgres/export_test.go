@@ -1,0 +1,20 @@
+package postgres
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// TimesQuery is the statement of the preflight's timestamp check
+// (checkTimes) for cfg's table, for tests that look at its plan.
+func TimesQuery(ctx context.Context, pool *pgxpool.Pool, cfg Config) (string, error) {
+	t, rep, err := inspect(ctx, pool, cfg.withDefaults())
+	if err == nil {
+		err = rep.Err()
+	}
+	if err != nil {
+		return "", err
+	}
+	return timesQuery(cfg, t), nil
+}
