@@ -26,6 +26,7 @@ const (
 	kindBytea                 // hex output -> standard base64 string
 	kindTimestamp             // timestamp, timestamptz -> schemas.TimeLayout string
 	kindArray                 // array text format -> JSON array of elem kind
+	kindVerbatim              // already JSON (formatted by the reader): embedded as is
 )
 
 // Type OIDs with an encoding of their own (pg_type.dat; stable across
@@ -152,7 +153,7 @@ func appendScalar(dst, v []byte, k kind) ([]byte, error) {
 			return append(dst, "false"...), nil
 		}
 		return dst, fmt.Errorf("boolean %q is neither t nor f", v)
-	case kindJSON:
+	case kindJSON, kindVerbatim:
 		if len(v) == 0 {
 			return dst, errors.New("empty json")
 		}

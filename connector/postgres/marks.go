@@ -123,7 +123,7 @@ func isFresh(xmin, x32 int64) bool {
 	return d >= 0 && d <= 2147483647 || d < -2147483648
 }
 
-// xminOf decodes the xmin column (int8, binary or text).
+// xminOf decodes the xmin column (xid: 4 bytes in binary, or text).
 func xminOf(v []byte, text bool) (int64, error) {
 	if v == nil {
 		return 0, errors.New("NULL")
@@ -131,10 +131,10 @@ func xminOf(v []byte, text bool) (int64, error) {
 	if text {
 		return strconv.ParseInt(string(v), 10, 64)
 	}
-	if len(v) != 8 {
-		return 0, fmt.Errorf("%d bytes in binary, want 8", len(v))
+	if len(v) != 4 {
+		return 0, fmt.Errorf("%d bytes in binary, want 4", len(v))
 	}
-	return int64(binary.BigEndian.Uint64(v)), nil
+	return int64(binary.BigEndian.Uint32(v)), nil
 }
 
 func (s *Source) warnOnce(msg string) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -55,8 +56,15 @@ type queries struct {
 	formats pgx.QueryResultFormats
 	// prefix is the number of leading key columns before the value
 	// columns: updated_at, id, with deleted_at a deleted flag, and with
-	// marks the row version's xmin.
-	prefix int
+	// marks the row version's xmin. width is the number of columns
+	// selected.
+	prefix, width int
+	// valueAt is, for each value column, the index of its column in a
+	// result row, or valueUpdatedAt: the id and updated_at are not
+	// selected twice. cols are the value columns to encode them by
+	// (updated_at's is verbatim: readRows formats it from the key column).
+	valueAt []int
+	cols    []valueColumn
 	// marks: the relation has row versions (xmin), so passes can be
 	// marked (not a view or a foreign table).
 	marks bool
@@ -65,6 +73,10 @@ type queries struct {
 	// upper bound on the id.
 	load [4]string
 }
+
+// valueUpdatedAt in queries.valueAt: the value's updated_at, formatted
+// from the row's key column.
+const valueUpdatedAt = -1
 
 // fresh is the SQL test "this row version was written by a transaction
 // that had not finished when the mark was taken", against $n, the mark's
@@ -93,12 +105,27 @@ func buildQueries(cfg Config, t *table) queries {
 	}
 	marks := t.relkind == 'r' || t.relkind == 'p' || t.relkind == 'm'
 	if marks {
-		sel.WriteString(", xmin::text::bigint")
+		sel.WriteString(", xmin") // binary: 4 bytes, the xid modulo 2^32
 		prefix++
 	}
-	for _, c := range t.value {
-		sel.WriteString(", ")
-		sel.WriteString(quote(c.name))
+	// The value's id and updated_at are the key columns already selected:
+	// PostgreSQL need not send them twice, nor format updated_at as text.
+	valueAt := make([]int, len(t.value))
+	cols := slices.Clone(t.value)
+	width := prefix
+	for i, c := range t.value {
+		switch c.name {
+		case t.id.name:
+			valueAt[i] = 1
+		case t.updatedAt.name:
+			valueAt[i] = valueUpdatedAt
+			cols[i].kind = kindVerbatim
+		default:
+			valueAt[i] = width
+			width++
+			sel.WriteString(", ")
+			sel.WriteString(quote(c.name))
+		}
 	}
 	sel.WriteString(" FROM " + t.ident)
 	head := sel.String()
@@ -107,7 +134,7 @@ func buildQueries(cfg Config, t *table) queries {
 		filter = " AND (" + cfg.Filter + "\n)" // see checkFilter
 	}
 	order := " ORDER BY " + ua + ", " + id + " LIMIT "
-	formats := make(pgx.QueryResultFormats, prefix+len(t.value))
+	formats := make(pgx.QueryResultFormats, width)
 	formats[0] = pgx.BinaryFormatCode
 	if marks {
 		formats[prefix-1] = pgx.BinaryFormatCode
@@ -144,6 +171,9 @@ func buildQueries(cfg Config, t *table) queries {
 		next:    head + " WHERE (" + ua + ", " + id + ") > ($1, $2::text::" + t.idKind.sqlType() + ")" + skip(4) + filter + order + "$3",
 		formats: formats,
 		prefix:  prefix,
+		width:   width,
+		valueAt: valueAt,
+		cols:    cols,
 		marks:   marks,
 	}
 }
@@ -386,7 +416,9 @@ const (
 // (one allocation each per page, plus growth); rows slice them.
 func (s *Source) readRows(sh *shape, rows pgx.Rows, limit int, mark *int64) ([]connector.Row, error) {
 	out := make([]connector.Row, 0, min(limit, 4096))
-	enc := rowEncoder{cols: sh.tbl.value}
+	enc := rowEncoder{cols: sh.q.cols}
+	valueRow := make([][]byte, len(sh.q.valueAt))
+	var stamp []byte // the value's updated_at, a JSON string
 	expect := min(limit, 4096)
 	var (
 		vals  = make([]byte, 0, expect*int(max(s.rowBytes.Load(), 64))*9/8)
@@ -403,8 +435,8 @@ func (s *Source) readRows(sh *shape, rows pgx.Rows, limit int, mark *int64) ([]c
 	textXmin := sh.q.marks && len(fds) >= prefix && fds[prefix-1].Format == pgx.TextFormatCode
 	for rows.Next() {
 		raw := rows.RawValues()
-		if len(raw) != prefix+len(sh.tbl.value) {
-			return nil, fmt.Errorf("got %d columns, want %d: the table changed during the pass; the next pass reads its new shape", len(raw), prefix+len(sh.tbl.value))
+		if len(raw) != sh.q.width {
+			return nil, fmt.Errorf("got %d columns, want %d: the table changed during the pass; the next pass reads its new shape", len(raw), sh.q.width)
 		}
 		idv := raw[1]
 		if idv == nil {
@@ -437,7 +469,15 @@ func (s *Source) readRows(sh *shape, rows pgx.Rows, limit int, mark *int64) ([]c
 			vEnds = append(vEnds, -1)
 		} else {
 			var err error
-			if vals, err = enc.appendRow(vals, raw[prefix:]); err != nil {
+			for i, at := range sh.q.valueAt {
+				if at == valueUpdatedAt {
+					stamp = append(schemas.AppendTime(append(stamp[:0], '"'), schemas.FromMicros(us)), '"')
+					valueRow[i] = stamp
+				} else {
+					valueRow[i] = raw[at]
+				}
+			}
+			if vals, err = enc.appendRow(vals, valueRow); err != nil {
 				return nil, fmt.Errorf("row id %q: %w", idv, err)
 			}
 			vEnds = append(vEnds, len(vals))

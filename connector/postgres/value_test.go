@@ -206,3 +206,71 @@ func TestValueDefaultColumns(t *testing.T) {
 		t.Errorf("row %+v", r)
 	}
 }
+
+// TestValueKeyColumns: the id and updated_at columns of the value are the
+// row's own, wherever they stand in the column list, for every id type,
+// in both protocols (simple_protocol returns every column as text), in a
+// page and in a key-order load page, and in a non-UTC session.
+func TestValueKeyColumns(t *testing.T) {
+	db := harness.NewDB(t)
+	db.Exec(t, `CREATE TABLE tb (n int, "Upd" timestamptz NOT NULL, "the id" bigint PRIMARY KEY)`)
+	db.Exec(t, `CREATE TABLE tt (id text PRIMARY KEY, updated_at timestamptz NOT NULL, n int)`)
+	db.Exec(t, `CREATE TABLE tu (updated_at timestamptz NOT NULL, id uuid PRIMARY KEY)`)
+	db.Exec(t, `INSERT INTO tb VALUES (1, '2024-05-01 12:00:00.000001+00', -7), (NULL, '1999-12-31 23:59:59.999999-03:30', 9007199254740993)`)
+	db.Exec(t, `INSERT INTO tt VALUES (e'it\'s "q" \\ \u00e9', '2024-05-01 12:00:00+00', 1), ('', '0001-01-01 00:00:00+00', 2)`)
+	db.Exec(t, `INSERT INTO tu VALUES ('9999-12-31 23:59:59.5+00', '0e37df36-f698-11e6-8dd4-cb9ced3df976')`)
+	cases := []struct {
+		table, idCol, uaCol string
+		columns             []string
+		want                map[string]string // id -> value
+	}{
+		{"tb", "the id", "Upd", nil, map[string]string{
+			"-7":               `{"n":1,"Upd":"2024-05-01T12:00:00.000001Z","the id":-7}`,
+			"9007199254740993": `{"n":null,"Upd":"2000-01-01T03:29:59.999999Z","the id":9007199254740993}`,
+		}},
+		{"tb", "the id", "Upd", []string{"the id", "n"}, map[string]string{
+			"-7":               `{"the id":-7,"n":1}`,
+			"9007199254740993": `{"the id":9007199254740993,"n":null}`,
+		}},
+		{"tb", "the id", "Upd", []string{"Upd", "the id"}, map[string]string{
+			"-7":               `{"Upd":"2024-05-01T12:00:00.000001Z","the id":-7}`,
+			"9007199254740993": `{"Upd":"2000-01-01T03:29:59.999999Z","the id":9007199254740993}`,
+		}},
+		{"tb", "the id", "Upd", []string{"n"}, map[string]string{"-7": `{"n":1}`, "9007199254740993": `{"n":null}`}},
+		{"tt", "id", "updated_at", nil, map[string]string{
+			`it's "q" \ é`: `{"id":"it's \"q\" \\ é","updated_at":"2024-05-01T12:00:00.000000Z","n":1}`,
+			"":             `{"id":"","updated_at":"0001-01-01T00:00:00.000000Z","n":2}`,
+		}},
+		{"tu", "id", "updated_at", nil, map[string]string{
+			"0e37df36-f698-11e6-8dd4-cb9ced3df976": `{"updated_at":"9999-12-31T23:59:59.500000Z","id":"0e37df36-f698-11e6-8dd4-cb9ced3df976"}`,
+		}},
+	}
+	ctx := context.Background()
+	for _, c := range cases {
+		for _, dsn := range []string{"", "&default_query_exec_mode=simple_protocol", "&timezone=Asia/Kolkata"} {
+			name := fmt.Sprintf("%s %v %s", c.table, c.columns, dsn)
+			cfg := config(db, c.table)
+			cfg.DSN += dsn
+			cfg.IDColumn, cfg.UpdatedAtColumn, cfg.Columns = c.idCol, c.uaCol, c.columns
+			src := open(t, cfg)
+			p, err := src.Page(ctx, connector.PageRequest{Limit: 10})
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			l, err := src.LoadPage(ctx, connector.LoadRequest{Limit: 10})
+			if err != nil {
+				t.Fatalf("%s: load: %v", name, err)
+			}
+			for what, rows := range map[string][]connector.Row{"page": p.Rows, "load": l.Rows} {
+				if len(rows) != len(c.want) {
+					t.Errorf("%s %s: %d rows, want %d", name, what, len(rows), len(c.want))
+				}
+				for _, r := range rows {
+					if w, ok := c.want[r.ID]; !ok || string(r.Value) != w {
+						t.Errorf("%s %s: id %q value\n got %s\nwant %s", name, what, r.ID, r.Value, w)
+					}
+				}
+			}
+		}
+	}
+}
