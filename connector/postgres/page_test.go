@@ -333,3 +333,25 @@ func TestPageInfiniteUpdatedAt(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+// TestReshapeIgnoresHarmlessChanges: a change the signature sees but that
+// leaves the requirements met and the records alike (a value column's
+// NOT NULL dropped, a unique index added) is no schema change.
+func TestReshapeIgnoresHarmlessChanges(t *testing.T) {
+	db := harness.NewDB(t)
+	db.Exec(t, "CREATE TABLE t (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL, v text NOT NULL)")
+	src := open(t, config(db, "t"))
+	ctx := context.Background()
+	for _, ddl := range []string{"ALTER TABLE t ALTER COLUMN v DROP NOT NULL", "CREATE UNIQUE INDEX ON t (v)", ""} {
+		if ddl != "" {
+			db.Exec(t, ddl)
+		}
+		if c, err := src.Reshape(ctx); c != nil || err != nil {
+			t.Errorf("%q: Reshape = %+v, %v; want no change", ddl, c, err)
+		}
+	}
+	db.Exec(t, "ALTER TABLE t ADD COLUMN w int")
+	if c, err := src.Reshape(ctx); err != nil || c == nil || len(c.Added) != 1 {
+		t.Errorf("an added column: Reshape = %+v, %v", c, err)
+	}
+}

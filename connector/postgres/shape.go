@@ -17,17 +17,23 @@ var _ connector.Reshaper = (*Source)(nil)
 type shape struct {
 	tbl *table
 	q   queries
-	// sig summarises the catalog's description of the table (its oid, and
-	// every live column's number, name, type and modifier), compared at the
-	// start of every pass.
+	// sig summarises the catalog's description of the table (its oid;
+	// every live column's number, name, type, modifier and NOT NULL; its
+	// unique indexes), compared at the start of every pass.
 	sig string
 }
 
 func (s *Source) shape() *shape { return s.sh.Load() }
 
 // signatureSQL is the cheap check made at the start of every pass: one
-// catalog row for the table.
-const signatureSQL = `SELECT c.oid::text || '|' || coalesce(string_agg(a.attnum || ':' || a.attname || ':' || a.atttypid || ':' || a.atttypmod, ',' ORDER BY a.attnum), '')
+// catalog row for the table. NOT NULL and the unique indexes are in it
+// because the requirements depend on them: an updated_at made nullable
+// (incremental pages never return a NULL one) or an id no longer unique
+// (ties would no longer be ordered totally) must be seen, not just a
+// renamed or retyped column.
+const signatureSQL = `SELECT c.oid::text || '|' || coalesce(string_agg(a.attnum || ':' || a.attname || ':' || a.atttypid || ':' || a.atttypmod || ':' || a.attnotnull, ',' ORDER BY a.attnum), '')
+		|| '|' || coalesce((SELECT string_agg(i.indexrelid::text || ':' || i.indkey::text || ':' || i.indisvalid || ':' || (i.indpred IS NULL), ',' ORDER BY i.indexrelid)
+			FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND i.indisunique), '')
 	FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 	LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
 	WHERE n.nspname = $1 AND c.relname = $2
@@ -103,6 +109,13 @@ func (s *Source) Reshape(ctx context.Context) (*connector.ShapeChange, error) {
 		change.Replaced = true
 	}
 	sh := &shape{tbl: tbl, q: buildQueries(s.cfg, tbl), sig: sig}
+	if !change.Replaced && len(change.Added)+len(change.Dropped)+len(change.Retyped) == 0 {
+		// Only something the requirements look at changed, and they
+		// still hold (a value column's NOT NULL, a unique index):
+		// the same queries and records.
+		s.sh.Store(sh)
+		return nil, nil
+	}
 	if err := prepare(ctx, s.pool, sh); err != nil {
 		if errors.Is(err, ErrBadConfig) {
 			return nil, s.shapeStop(old.tbl, err.Error())

@@ -116,7 +116,8 @@ func TestSchemaChangeAllColumns(t *testing.T) {
 }
 
 // TestSchemaChangeStops: a listed column dropped or retyped incompatibly,
-// and a renamed updated_at or id column, stop the run (a safety stop,
+// a renamed updated_at or id column, updated_at made nullable and an id no
+// longer unique stop the run (a safety stop,
 // exit 3) naming the column; nothing is published on the new shape.
 func TestSchemaChangeStops(t *testing.T) {
 	for _, tc := range []struct {
@@ -127,6 +128,12 @@ func TestSchemaChangeStops(t *testing.T) {
 		{"listed column retyped", `ALTER TABLE items ALTER COLUMN n TYPE text`, `"n"`, []string{"id", "updated_at", "v", "n"}},
 		{"updated_at renamed", `ALTER TABLE items RENAME COLUMN updated_at TO changed_at`, "updated_at", nil},
 		{"id renamed", `ALTER TABLE items RENAME COLUMN id TO item_id`, "id", nil},
+		// Incremental pages never return a row whose updated_at is NULL
+		// (it compares as unknown): it would be lost without a word.
+		{"updated_at made nullable", `ALTER TABLE items ALTER COLUMN updated_at DROP NOT NULL`, "updated_at", nil},
+		// Without a unique id, (updated_at, id) no longer orders rows
+		// totally: a page boundary inside a tie would skip rows.
+		{"id no longer unique", `ALTER TABLE items DROP CONSTRAINT items_pkey`, "id", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t, schemaDDL, "items")
