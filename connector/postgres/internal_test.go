@@ -208,6 +208,13 @@ func TestMarksSettle(t *testing.T) {
 		{"ids went backwards, full pass", mk(500), mk(200), "", nil, int64(200)},
 		{"ids went backwards, head pass", mk(500), mk(200), mk(100), nil, nil},
 		{"wraps modulo 2^32", mk(1<<32 + 7), mk(1<<32 + 9), mk(1<<32 + 5), int64(7), int64(5)},
+		// Compared modulo 2^32, a mark more than 2^31 ids old would call
+		// the newest versions old: skip nothing, settle nothing, from
+		// 2^30 on (the versions a pass reads may be newer than its mark).
+		{"skip mark 3e9 ids old", mk(1000), mk(1000 + 3_000_000_000), "", nil, int64((1000 + 3_000_000_000) & 0xffffffff)},
+		{"skip mark 2^30 ids old", mk(1000), mk(1000 + 1<<30), "", nil, int64(1000 + 1<<30)},
+		{"skip mark just under 2^30 ids old", mk(1001), mk(1000 + 1<<30), "", int64(1001), int64(1000 + 1<<30)},
+		{"settle mark 3e9 ids old", mk(1000 + 3_000_000_000 - 5), mk(1000 + 3_000_000_000), mk(1000), int64((1000 + 3_000_000_000 - 5) & 0xffffffff), nil},
 	} {
 		skip, settled, err := s.marks(sh, connector.PageRequest{Skip: c.skip, Mark: c.mark, Settle: c.settle})
 		if err != nil {

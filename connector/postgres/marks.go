@@ -84,9 +84,10 @@ func (s *Source) marks(sh *shape, req connector.PageRequest) (skip any, mark *in
 			return nil, nil, err
 		}
 		// A settle mark above the pass's own is from another database
-		// (see below): the next full pass will skip nothing, so nothing
+		// (see below), and one too old cannot be compared (see
+		// maxMarkAge): the next full pass will skip nothing, so nothing
 		// read now is settled.
-		settles = settle <= m
+		settles = settle <= m && m-settle < maxMarkAge
 	}
 	s32 := &settle
 	*s32 &= 0xffffffff
@@ -110,8 +111,22 @@ func (s *Source) marks(sh *shape, req connector.PageRequest) (skip any, mark *in
 		}
 		return nil, s32, nil
 	}
+	if m-k >= maxMarkAge {
+		s.warnOnce(fmt.Sprintf("the last pass's mark is %d transaction ids old (mark %d, now %d): too old to compare modulo 2^32; re-reading the window without skipping", m-k, k, m))
+		return nil, s32, nil
+	}
 	return k & 0xffffffff, s32, nil
 }
+
+// maxMarkAge bounds how many transaction ids older than the pass's own
+// mark a skip or settle mark may be. Row versions carry their xid modulo
+// 2^32 and are compared within 2^31 of a mark; a mark 2^31 ids old would
+// call the newest versions old, and skip them. Versions a pass reads may
+// be newer than its own mark, so the bound leaves them 2^30 ids of room.
+// An older mark (a connector stopped for days on a busy database) skips
+// nothing: the window is read again, and the dedupe set drops what was
+// already published.
+const maxMarkAge = 1 << 30
 
 // isFresh is fresh's test in Go: whether a version written by transaction
 // xmin (modulo 2^32) may be returned by a pass whose skip mark is x32.
