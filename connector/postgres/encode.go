@@ -39,6 +39,7 @@ const (
 	oidInt4        = 23
 	oidText        = 25
 	oidOID         = 26
+	oidXID         = 28
 	oidJSON        = 114
 	oidFloat4      = 700
 	oidFloat8      = 701

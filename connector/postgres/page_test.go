@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -353,5 +354,44 @@ func TestReshapeIgnoresHarmlessChanges(t *testing.T) {
 	db.Exec(t, "ALTER TABLE t ADD COLUMN w int")
 	if c, err := src.Reshape(ctx); err != nil || c == nil || len(c.Added) != 1 {
 		t.Errorf("an added column: Reshape = %+v, %v", c, err)
+	}
+}
+
+// TestTypeChangeDuringAPass: a column retyped between two pages of a pass
+// must not be encoded by its old type (a number kind would paste text as
+// is, an invalid JSON value). The page fails instead, and the next pass,
+// which starts by reshaping, reads it by its new type.
+func TestTypeChangeDuringAPass(t *testing.T) {
+	db := harness.NewDB(t)
+	db.Exec(t, "CREATE TABLE t (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL, n int)")
+	db.Exec(t, "INSERT INTO t SELECT g, $1::timestamptz + g * interval '1 second', g FROM generate_series(1, 4) g", t0)
+	src := open(t, config(db, "t"))
+	ctx := context.Background()
+	p, err := src.Page(ctx, connector.PageRequest{Since: t0, Limit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Exec(t, "ALTER TABLE t ALTER COLUMN n TYPE text USING 'A-' || n")
+	for _, req := range []connector.PageRequest{{Since: t0, Cursor: p.Next, Limit: 2}, {Since: t0, Limit: 4}} {
+		q, err := src.Page(ctx, req)
+		if err == nil {
+			for _, r := range q.Rows {
+				if !json.Valid(r.Value) {
+					t.Fatalf("invalid JSON published for id %s: %s", r.ID, r.Value)
+				}
+			}
+			t.Fatalf("a page read the retyped column by its old type without an error: %d rows", len(q.Rows))
+		}
+		if !strings.Contains(err.Error(), `"n"`) {
+			t.Errorf("the error does not name the column: %v", err)
+		}
+	}
+	c, err := src.Reshape(ctx)
+	if err != nil || c == nil || len(c.Retyped) != 1 {
+		t.Fatalf("Reshape = %+v, %v", c, err)
+	}
+	q, err := src.Page(ctx, connector.PageRequest{Since: t0, Limit: 4})
+	if err != nil || len(q.Rows) != 4 || string(q.Rows[3].Value) != `{"id":4,"updated_at":"2024-05-01T12:00:04.000000Z","n":"A-4"}` {
+		t.Fatalf("after Reshape: %v %+v", err, q.Rows)
 	}
 }

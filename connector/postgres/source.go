@@ -65,6 +65,11 @@ type queries struct {
 	// (updated_at's is verbatim: readRows formats it from the key column).
 	valueAt []int
 	cols    []valueColumn
+	// types are the type OIDs (domains resolved, as PostgreSQL describes
+	// a result) of the width columns selected, and names their names:
+	// readRows checks every page's result against them.
+	types []uint32
+	names []string
 	// marks: the relation has row versions (xmin), so passes can be
 	// marked (not a view or a foreign table).
 	marks bool
@@ -72,6 +77,23 @@ type queries struct {
 	// (load.go), indexed by loadVariant: with or without a lower and an
 	// upper bound on the id.
 	load [4]string
+}
+
+// checkTypes fails when a page's result does not have the columns and
+// types the page statement was built for: the table changed during the
+// pass (a statement prepared on another connection, or planned again, reads
+// the new shape). Encoding a value by its old type could publish invalid
+// JSON (text pasted as a number); the next pass reshapes first.
+func (q *queries) checkTypes(ident string, fds []pgconn.FieldDescription) error {
+	if len(fds) != len(q.types) {
+		return fmt.Errorf("got %d columns, want %d: the table changed during the pass; the next pass reads its new shape", len(fds), len(q.types))
+	}
+	for i, fd := range fds {
+		if fd.DataTypeOID != q.types[i] {
+			return fmt.Errorf("column %s of %s changed type during the pass (type oid %d, was %d); the next pass reads its new shape", quote(q.names[i]), ident, fd.DataTypeOID, q.types[i])
+		}
+	}
+	return nil
 }
 
 // valueUpdatedAt in queries.valueAt: the value's updated_at, formatted
@@ -98,16 +120,18 @@ func buildQueries(cfg Config, t *table) queries {
 	var sel strings.Builder
 	sel.WriteString("SELECT ")
 	sel.WriteString(ua + ", " + id)
-	prefix := 2
+	types := []uint32{t.updatedAt.base, t.id.base}
+	names := []string{t.updatedAt.name, t.id.name}
 	if t.deletedAt != nil {
 		sel.WriteString(", (" + quote(t.deletedAt.name) + " IS NOT NULL)")
-		prefix++
+		types, names = append(types, oidBool), append(names, t.deletedAt.name)
 	}
 	marks := t.relkind == 'r' || t.relkind == 'p' || t.relkind == 'm'
 	if marks {
 		sel.WriteString(", xmin") // binary: 4 bytes, the xid modulo 2^32
-		prefix++
+		types, names = append(types, oidXID), append(names, "xmin")
 	}
+	prefix := len(types)
 	// The value's id and updated_at are the key columns already selected:
 	// PostgreSQL need not send them twice, nor format updated_at as text.
 	valueAt := make([]int, len(t.value))
@@ -125,6 +149,7 @@ func buildQueries(cfg Config, t *table) queries {
 			width++
 			sel.WriteString(", ")
 			sel.WriteString(quote(c.name))
+			types, names = append(types, t.col(c.name).base), append(names, c.name)
 		}
 	}
 	sel.WriteString(" FROM " + t.ident)
@@ -174,6 +199,8 @@ func buildQueries(cfg Config, t *table) queries {
 		width:   width,
 		valueAt: valueAt,
 		cols:    cols,
+		types:   types,
+		names:   names,
 		marks:   marks,
 	}
 }
@@ -433,6 +460,11 @@ func (s *Source) readRows(sh *shape, rows pgx.Rows, limit int, mark *int64) ([]c
 	fds := rows.FieldDescriptions()
 	textUA := len(fds) > 0 && fds[0].Format == pgx.TextFormatCode
 	textXmin := sh.q.marks && len(fds) >= prefix && fds[prefix-1].Format == pgx.TextFormatCode
+	if len(fds) > 0 { // none when the statement failed: rows.Err says why
+		if err := sh.q.checkTypes(sh.tbl.ident, fds); err != nil {
+			return nil, err
+		}
+	}
 	for rows.Next() {
 		raw := rows.RawValues()
 		if len(raw) != sh.q.width {
