@@ -237,6 +237,9 @@ type Engine struct {
 	// For the completion record.
 	startCounters schemas.Counters
 	committed     schemas.Checkpoint // last committed
+	// committedBy is the run that committed the checkpoint last loaded
+	// (load sets the working copy's RunID to this run's).
+	committedBy string
 	// prevRun is the latest run in the ledger when this run started (the
 	// one it follows), and started says its own run-start is committed:
 	// any other run that appears later has taken over.
@@ -589,9 +592,9 @@ func (e *Engine) recover(ctx context.Context) error {
 	if err := e.load(ctx, false); err != nil {
 		return err
 	}
-	if e.cp.Seq > before.Seq && e.cp.RunID != e.runID {
+	if e.cp.Seq > before.Seq && e.committedBy != e.runID {
 		return fmt.Errorf("%w: checkpoint seq %d was committed by run %s while this run (%s) had committed seq %d; this one stops and writes nothing more",
-			ErrFenced, e.cp.Seq, e.cp.RunID, e.runID, before.Seq)
+			ErrFenced, e.cp.Seq, e.committedBy, e.runID, before.Seq)
 	}
 	return nil
 }
@@ -658,6 +661,7 @@ func (e *Engine) load(ctx context.Context, first bool) error {
 	cp.Connector = e.cfg.Name
 	cp.Fingerprint = e.cfg.Fingerprint
 	cp.FingerprintFields = e.cfg.FingerprintFields
+	e.committedBy = cp.RunID
 	cp.RunID = e.runID
 	if err := e.loadBoundary(ctx, cp); err != nil {
 		return err

@@ -215,3 +215,58 @@ func TestSlowPageIsNotFencing(t *testing.T) {
 		t.Errorf("published twice: %v", d)
 	}
 }
+
+// TestCheckpointOfAnotherRunIsFenced: when a commit's outcome is unknown
+// and the reloaded checkpoint was committed by another run, this instance
+// was superseded: it must stop as fenced, not carry on from the other
+// run's state (two instances writing by turns), even when the ledger
+// gives no verdict.
+func TestCheckpointOfAnotherRunIsFenced(t *testing.T) {
+	m := newMemTable()
+	m.set("a", t0, "x", false)
+	e, err := connector.New(connector.Config{Name: "c1", Fingerprint: "fp1"}, m, &failSecondCommit{}, &otherRunStore{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err = e.Run(context.Background(), connector.Once); !errors.Is(err, connector.ErrFenced) {
+		t.Errorf("a checkpoint committed by another run while this one recovered: got %v, want ErrFenced", err)
+	}
+}
+
+// failSecondCommit is a publisher whose second commit has an unknown
+// outcome.
+type failSecondCommit struct{ commits int }
+
+func (p *failSecondCommit) Begin(context.Context) error                   { return nil }
+func (p *failSecondCommit) Publish(context.Context, *connector.Row) error { return nil }
+func (p *failSecondCommit) Commit(ctx context.Context, c *connector.Commit) error {
+	p.commits++
+	if c.Checkpoint != nil {
+		if _, err := c.Checkpoint(make([]int64, len(c.State))); err != nil {
+			return err
+		}
+	}
+	if p.commits == 2 {
+		return errors.New("unknown outcome")
+	}
+	return nil
+}
+func (p *failSecondCommit) Abort(context.Context) error   { return nil }
+func (p *failSecondCommit) Recover(context.Context) error { return nil }
+
+// otherRunStore has no checkpoint at first; reloaded, it holds one that
+// another run committed meanwhile, and the ledger gives no verdict.
+type otherRunStore struct{ loads int }
+
+func (s *otherRunStore) Load(context.Context) (*schemas.Checkpoint, error) {
+	s.loads++
+	if s.loads == 1 {
+		return nil, nil
+	}
+	return &schemas.Checkpoint{Version: schemas.CheckpointVersion, Connector: "c1", Fingerprint: "fp1", Phase: schemas.PhaseIdle,
+		Seq: 7, RunID: "other-run", Watermark: schemas.FormatTime(t0)}, nil
+}
+func (s *otherRunStore) State(context.Context, []connector.StateRef) ([][]byte, error) {
+	return nil, nil
+}
+func (s *otherRunStore) LastRun(context.Context) (string, error) { return "", nil }
