@@ -150,7 +150,13 @@ func (e *Engine) floor() (int64, error) {
 			return w, nil
 		}
 	}
-	return w - e.cfg.Margin.Microseconds(), nil
+	// Never below the committed floor: B has nothing under it (a raised
+	// margin starts passes there too; see pass).
+	f, err := parseFloor(e.cp.Boundary.Floor)
+	if err != nil {
+		return 0, e.corrupt("boundary floor", err)
+	}
+	return max(w-e.cfg.Margin.Microseconds(), f), nil
 }
 
 // sealBoundary prunes B to the floor and turns the transaction's changes

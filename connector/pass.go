@@ -104,7 +104,21 @@ func (e *Engine) pass(ctx context.Context) error {
 			if err != nil {
 				return e.corrupt("watermark", err)
 			}
-			e.cp.PassLow = schemas.FormatTime(w.Add(-e.cfg.Margin))
+			low := w.Add(-e.cfg.Margin)
+			// Not below the dedupe set's committed floor: its entries
+			// below are gone, so a margin raised since (a tuning setting)
+			// would publish that band again. Late commits there were
+			// already out of reach of the margin that set the floor.
+			if f := e.cp.Boundary.Floor; f != "" {
+				ft, err := schemas.ParseTime(f)
+				if err != nil {
+					return e.corrupt("boundary floor", err)
+				}
+				if ft.After(low) {
+					low = ft
+				}
+			}
+			e.cp.PassLow = schemas.FormatTime(low)
 		}
 		e.cp.PassMax = ""
 		e.cp.Cursor = ""

@@ -41,3 +41,26 @@ func TestTieGroupBeyondEveryBound(t *testing.T) {
 		t.Errorf("%d row versions published more than once, e.g. %s", len(d), d[0])
 	}
 }
+
+// TestMarginRaisedBetweenRuns: sync.margin is a tuning setting and may
+// change between runs. A larger margin must not re-read below the dedupe
+// set's committed floor, whose entries were dropped: on a source without
+// marks every row of that band would be published again. The pass starts
+// at the floor until W - margin passes it.
+func TestMarginRaisedBetweenRuns(t *testing.T) {
+	r := newRig(t)
+	T := t0.Add(time.Hour)
+	now := func() time.Time { return T }
+	m := newMemTable()
+	m.set("old", T.Add(-60*time.Second), "x", false)
+	m.set("new", T.Add(-1*time.Second), "y", false)
+	r.once(m, connector.Config{Margin: 10 * time.Second, Now: now})
+	r.once(m, connector.Config{Margin: 120 * time.Second, Now: now})
+	// A late commit above the floor is still found with the larger margin.
+	m.set("late", T.Add(-5*time.Second), "z", false)
+	r.once(m, connector.Config{Margin: 120 * time.Second, Now: now})
+	st := r.assertFolded(m.expected())
+	if d := dupes(st); len(d) > 0 {
+		t.Errorf("published twice after raising the margin: %v", d)
+	}
+}
