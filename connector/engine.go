@@ -316,6 +316,11 @@ func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 	started := e.cfg.Now()
 	rt := &retry{e: e}
 	if err := e.start(ctx, rt); err != nil {
+		if ctx.Err() != nil && !Fatal(err) {
+			// A signal while waiting for the source or Kafka: a clean
+			// stop; nothing was written.
+			return e.completion(started, "stopped by signal during start-up"), nil
+		}
 		if Fatal(err) {
 			e.cfg.Observer.ObserveStop(stopKind(err))
 		}

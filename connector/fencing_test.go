@@ -270,3 +270,27 @@ func (s *otherRunStore) State(context.Context, []connector.StateRef) ([][]byte, 
 	return nil, nil
 }
 func (s *otherRunStore) LastRun(context.Context) (string, error) { return "", nil }
+
+// TestSignalDuringStartUpIsACleanStop: a connector started while its
+// checkpoint store does not answer waits; a signal then is a clean stop
+// (exit 0), not a runtime failure.
+func TestSignalDuringStartUpIsACleanStop(t *testing.T) {
+	m := newMemTable()
+	e, err := connector.New(connector.Config{Name: "c1", Fingerprint: "fp1"}, m, &failSecondCommit{}, &downStore{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	c, err := e.Run(ctx, connector.Continuous)
+	if err != nil || c == nil || c.Termination != "stopped by signal during start-up" {
+		t.Errorf("got %+v, %v; want a clean stop", c, err)
+	}
+}
+
+// downStore is a checkpoint store that does not answer.
+type downStore struct{ otherRunStore }
+
+func (*downStore) Load(context.Context) (*schemas.Checkpoint, error) {
+	return nil, errors.New("connection refused")
+}
