@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -194,8 +195,10 @@ func TestConfigStringRedacts(t *testing.T) {
 // passes").
 func TestMarksSettle(t *testing.T) {
 	s := &Source{cfg: Config{Logger: slog.New(slog.DiscardHandler)}}
-	sh := &shape{q: queries{marks: true}}
-	mk := func(x int64) string { return formatMark(x) }
+	sh := &shape{q: queries{marks: true}, tbl: &table{ident: `"public"."t"`}}
+	mk := func(x int64) string { return formatMark(x, "16384") }
+	other := func(x int64) string { return formatMark(x, "16999") }
+	v1 := func(x int64) string { return markPrefixV1 + strconv.FormatInt(x, 10) }
 	for _, c := range []struct {
 		name                 string
 		skip, mark, settle   string
@@ -214,6 +217,11 @@ func TestMarksSettle(t *testing.T) {
 		{"skip mark 3e9 ids old", mk(1000), mk(1000 + 3_000_000_000), "", nil, int64((1000 + 3_000_000_000) & 0xffffffff)},
 		{"skip mark 2^30 ids old", mk(1000), mk(1000 + 1<<30), "", nil, int64(1000 + 1<<30)},
 		{"skip mark just under 2^30 ids old", mk(1001), mk(1000 + 1<<30), "", int64(1001), int64(1000 + 1<<30)},
+		// A mark of another relation (the table replaced since) proves
+		// nothing; an x1 mark (an earlier release) names none.
+		{"skip mark of another relation", other(150), mk(200), "", nil, int64(200)},
+		{"settle mark of another relation", mk(150), mk(200), other(100), int64(150), nil},
+		{"x1 marks", v1(150), mk(200), v1(100), int64(150), int64(100)},
 		{"settle mark 3e9 ids old", mk(1000 + 3_000_000_000 - 5), mk(1000 + 3_000_000_000), mk(1000), int64((1000 + 3_000_000_000 - 5) & 0xffffffff), nil},
 	} {
 		skip, settled, err := s.marks(sh, connector.PageRequest{Skip: c.skip, Mark: c.mark, Settle: c.settle})
@@ -229,7 +237,9 @@ func TestMarksSettle(t *testing.T) {
 			t.Errorf("%s: skip %v, settle mark %v; want %v, %v", c.name, skip, got, c.wantSkip, c.wantSettle)
 		}
 	}
-	if _, _, err := s.marks(sh, connector.PageRequest{Mark: mk(1), Settle: "nonsense"}); err == nil {
-		t.Error("a settle mark that is not a mark was accepted")
+	for _, bad := range []string{"nonsense", "x2:100", "x2:100@", "x1:100@16384", "x2:-1@1"} {
+		if _, _, err := s.marks(sh, connector.PageRequest{Mark: mk(1), Settle: bad}); err == nil {
+			t.Errorf("settle mark %q accepted", bad)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"strings"
 	"time"
@@ -22,25 +23,50 @@ var _ connector.Clock = (*Source)(nil)
 // above the pass's lower bound; a later pass whose Skip is that mark need
 // not return it again, and a version the pass itself reads is Settled. Any
 // version written since, or by a transaction still running then, is fresh
-// and is read again. The token is "x1:<xid8>".
-const markPrefix = "x1:"
+// and is read again.
+//
+// A mark proves what was seen of one relation only. A table replaced under
+// its name (a shadow table renamed in, a partition attached, a dump
+// restored) holds versions below the mark that no pass saw. So the token
+// also names the relation: "x2:<xid8>@<relation>", where relation is a
+// digest of the oids of the table and its partitions, read under the
+// configured name when the mark is taken. A skip or settle mark of another
+// relation is not used. An "x1:<xid8>" token (an earlier release) names
+// none and is taken as the current relation's.
+const (
+	markPrefix   = "x2:"
+	markPrefixV1 = "x1:"
+)
 
-// markSQL reads the oldest running transaction id of the current snapshot.
-// txid_snapshot_xmin and txid_current_snapshot exist in every supported
-// PostgreSQL (pg_snapshot_xmin is their newer name from 13 on).
-const markSQL = `SELECT txid_snapshot_xmin(txid_current_snapshot())`
+// markSQL reads the oldest running transaction id of the current snapshot
+// and the relation now under the configured name ($1, a quoted identifier):
+// its oid and its partitions', or "" when there is none. txid_snapshot_xmin
+// and txid_current_snapshot exist in every supported PostgreSQL
+// (pg_snapshot_xmin is their newer name from 13 on).
+const markSQL = `SELECT txid_snapshot_xmin(txid_current_snapshot()), coalesce((SELECT r.oid::oid::text || coalesce((SELECT ',' || string_agg(p.relid::oid::text, ',' ORDER BY p.relid::oid)
+		FROM pg_catalog.pg_partition_tree(r.oid) p), '') FROM (SELECT pg_catalog.to_regclass($1) AS oid) r WHERE r.oid IS NOT NULL), '')`
 
 // Mark returns the token of a pass about to start, or "" for a view or a
 // foreign table (no row versions to compare).
 func (s *Source) Mark(ctx context.Context) (string, error) {
-	if !s.shape().q.marks {
+	sh := s.shape()
+	if !sh.q.marks {
 		return "", nil
 	}
 	var x int64
-	if err := s.pool.QueryRow(ctx, markSQL).Scan(&x); err != nil {
+	var rel string
+	if err := s.pool.QueryRow(ctx, markSQL, sh.tbl.ident).Scan(&x, &rel); err != nil {
 		return "", fmt.Errorf("read the oldest running transaction: %w", err)
 	}
-	return formatMark(x), nil
+	return formatMark(x, rel), nil
+}
+
+// relationDigest is the relation part of a mark: a digest of the oids
+// markSQL lists (FNV-1a, 64 bits, in hex).
+func relationDigest(oids string) string {
+	h := fnv.New64a()
+	h.Write([]byte(oids))
+	return strconv.FormatUint(h.Sum64(), 16)
 }
 
 // Now reads the server's clock (clock_timestamp(), not the transaction
@@ -53,19 +79,32 @@ func (s *Source) Now(ctx context.Context) (time.Time, error) {
 	return t.UTC(), nil
 }
 
-func formatMark(x int64) string { return markPrefix + strconv.FormatInt(x, 10) }
-
-func parseMark(m string) (int64, error) {
-	rest, ok := strings.CutPrefix(m, markPrefix)
-	if !ok {
-		return 0, fmt.Errorf("mark %q from the checkpoint is not a PostgreSQL-source mark; it was written by another source or corrupted: reset the connector rather than guess", m)
-	}
-	x, err := strconv.ParseInt(rest, 10, 64)
-	if err != nil || x < 0 || strconv.FormatInt(x, 10) != rest {
-		return 0, fmt.Errorf("mark %q from the checkpoint is not a transaction id; reset the connector rather than guess", m)
-	}
-	return x, nil
+func formatMark(x int64, oids string) string {
+	return markPrefix + strconv.FormatInt(x, 10) + "@" + relationDigest(oids)
 }
+
+// parseMark returns a mark's transaction id and relation digest ("" for
+// an x1 mark, which names none).
+func parseMark(m string) (int64, string, error) {
+	xs, rel := "", ""
+	if rest, ok := strings.CutPrefix(m, markPrefix); ok {
+		var found bool
+		if xs, rel, found = strings.Cut(rest, "@"); !found || rel == "" {
+			return 0, "", fmt.Errorf("mark %q from the checkpoint names no relation; reset the connector rather than guess", m)
+		}
+	} else if xs, ok = strings.CutPrefix(m, markPrefixV1); !ok {
+		return 0, "", fmt.Errorf("mark %q from the checkpoint is not a PostgreSQL-source mark; it was written by another source or corrupted: reset the connector rather than guess", m)
+	}
+	x, err := strconv.ParseInt(xs, 10, 64)
+	if err != nil || x < 0 || strconv.FormatInt(x, 10) != xs {
+		return 0, "", fmt.Errorf("mark %q from the checkpoint is not a transaction id; reset the connector rather than guess", m)
+	}
+	return x, rel, nil
+}
+
+// sameRelation reports whether a mark of relation b may be compared with
+// versions of relation a (the current pass's): "" names none.
+func sameRelation(a, b string) bool { return a == "" || b == "" || a == b }
 
 // marks returns the page query's skip parameter (nil = no skip) and the
 // mark modulo 2^32 that flags a version Settled (nil = no Settled flags)
@@ -74,20 +113,21 @@ func (s *Source) marks(sh *shape, req connector.PageRequest) (skip any, mark *in
 	if !sh.q.marks || req.Mark == "" {
 		return nil, nil, nil
 	}
-	m, err := parseMark(req.Mark)
+	m, rel, err := parseMark(req.Mark)
 	if err != nil {
 		return nil, nil, err
 	}
 	settle, settles := m, true
 	if req.Settle != "" {
-		if settle, err = parseMark(req.Settle); err != nil {
+		var srel string
+		if settle, srel, err = parseMark(req.Settle); err != nil {
 			return nil, nil, err
 		}
 		// A settle mark above the pass's own is from another database
-		// (see below), and one too old cannot be compared (see
-		// maxMarkAge): the next full pass will skip nothing, so nothing
-		// read now is settled.
-		settles = settle <= m && m-settle < maxMarkAge
+		// (see below), one too old cannot be compared (see maxMarkAge),
+		// and one of another relation proves nothing here: the next
+		// full pass will skip nothing, so nothing read now is settled.
+		settles = settle <= m && m-settle < maxMarkAge && sameRelation(rel, srel)
 	}
 	s32 := &settle
 	*s32 &= 0xffffffff
@@ -97,9 +137,18 @@ func (s *Source) marks(sh *shape, req connector.PageRequest) (skip any, mark *in
 	if req.Skip == "" {
 		return nil, s32, nil
 	}
-	k, err := parseMark(req.Skip)
+	k, krel, err := parseMark(req.Skip)
 	if err != nil {
 		return nil, nil, err
+	}
+	if !sameRelation(rel, krel) {
+		// The table was replaced since that pass: what it saw was
+		// another relation's.
+		s.warnOnce(fmt.Sprintf("the table under %s is not the one the last pass read (replaced or restored since): re-reading the window without skipping", sh.tbl.ident))
+		if req.Settle != "" {
+			s32 = nil
+		}
+		return nil, s32, nil
 	}
 	if k > m {
 		// Transaction ids went backwards between two passes: this is not

@@ -87,7 +87,8 @@ func (s *Source) SnapshotSessions(ctx context.Context, n int) (connector.Snapsho
 	if n > 1 {
 		q = "SELECT now(), " + markSQL[len("SELECT "):] + ", pg_catalog.pg_export_snapshot()"
 	}
-	if err := first.tx.QueryRow(ctx, q).Scan(&start, &xmin, &exported); err != nil {
+	var rel string
+	if err := first.tx.QueryRow(ctx, q, s.shape().tbl.ident).Scan(&start, &xmin, &rel, &exported); err != nil {
 		return fail(fmt.Errorf("snapshot: read start time: %w", err))
 	}
 	for range n - 1 {
@@ -106,7 +107,7 @@ func (s *Source) SnapshotSessions(ctx context.Context, n int) (connector.Snapsho
 	}
 	sn.start = start.UTC()
 	if s.shape().q.marks {
-		sn.mark = formatMark(xmin)
+		sn.mark = formatMark(xmin, rel)
 	}
 	return sn, nil
 }
