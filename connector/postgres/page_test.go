@@ -439,3 +439,29 @@ func TestMarkOfAReplacedTable(t *testing.T) {
 		t.Errorf("a restart after the swap, skipping by the old table's mark: %q, want 1,2", got)
 	}
 }
+
+// TestSnapshotKeepsTheShapeChange: a view opened after a column change
+// (a sweep's, a resumed load's) reads the new shape, and the change is
+// still reported to the next pass (logged, counted, a republish sweep
+// scheduled), not swallowed by the view.
+func TestSnapshotKeepsTheShapeChange(t *testing.T) {
+	db := harness.NewDB(t)
+	ctx := context.Background()
+	db.Exec(t, "CREATE TABLE t (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)")
+	src := open(t, config(db, "t"))
+	db.Exec(t, "ALTER TABLE t ADD COLUMN x int")
+	sn, err := src.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sn.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, err := src.Reshape(ctx)
+	if err != nil || c == nil || len(c.Added) != 1 || c.Added[0] != "x" {
+		t.Fatalf("Reshape after a snapshot = %+v, %v; want x added", c, err)
+	}
+	if c, err := src.Reshape(ctx); c != nil || err != nil {
+		t.Errorf("reported twice: %+v, %v", c, err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -61,8 +62,42 @@ func signature(ctx context.Context, q querier, cfg Config) (string, error) {
 //   - the id, updated_at or deleted_at column gone (renamed?) or no longer
 //     fit for its role is a safety stop, and so is the table gone.
 //
-// It returns nil when the shape is unchanged.
+// It returns nil when the shape is unchanged. A change a view took on
+// first (see SnapshotSessions) is returned by the next call.
 func (s *Source) Reshape(ctx context.Context) (*connector.ShapeChange, error) {
+	ch, err := s.reshape(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return mergeChanges(s.pending.Swap(nil), ch), nil
+}
+
+// keepChange holds a change that a view took on, for the next Reshape.
+func (s *Source) keepChange(ch *connector.ShapeChange) {
+	if ch != nil {
+		s.pending.Store(mergeChanges(s.pending.Load(), ch))
+	}
+}
+
+// mergeChanges is a then b as one change (either may be nil).
+func mergeChanges(a, b *connector.ShapeChange) *connector.ShapeChange {
+	if a == nil || b == nil {
+		if a == nil {
+			return b
+		}
+		return a
+	}
+	return &connector.ShapeChange{
+		Old:      a.Old,
+		New:      b.New,
+		Added:    append(slices.Clone(a.Added), b.Added...),
+		Dropped:  append(slices.Clone(a.Dropped), b.Dropped...),
+		Retyped:  append(slices.Clone(a.Retyped), b.Retyped...),
+		Replaced: a.Replaced || b.Replaced,
+	}
+}
+
+func (s *Source) reshape(ctx context.Context) (*connector.ShapeChange, error) {
 	old := s.shape()
 	sig, err := signature(ctx, s.pool, s.cfg)
 	if err != nil {

@@ -49,10 +49,12 @@ func (s *Source) Snapshot(ctx context.Context) (connector.SnapshotSource, error)
 func (s *Source) SnapshotSessions(ctx context.Context, n int) (connector.SnapshotSource, error) {
 	n = max(n, 1)
 	// A view of the table as it is: with its current columns
-	// (docs/schema-changes.md).
-	if _, err := s.Reshape(ctx); err != nil {
+	// (docs/schema-changes.md). The next pass still reports the change.
+	ch, err := s.reshape(ctx)
+	if err != nil {
 		return nil, err
 	}
+	s.keepChange(ch)
 	sn := &Snapshot{src: s, free: make(chan *session, n)}
 	fail := func(err error) (connector.SnapshotSource, error) {
 		_ = sn.Close(context.WithoutCancel(ctx))

@@ -36,6 +36,9 @@ type Source struct {
 	// sh is the table's shape and the queries built from it, replaced
 	// whole when the table changes (Reshape).
 	sh atomic.Pointer[shape]
+	// pending is a shape change a view took on, not yet reported by
+	// Reshape.
+	pending atomic.Pointer[connector.ShapeChange]
 	// rowBytes and idBytes remember the last page's average value and id
 	// size, so the next page's buffers are allocated once at about the
 	// right size instead of growing by doubling.
