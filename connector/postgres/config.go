@@ -144,7 +144,7 @@ func (c Config) GoString() string { return c.String() }
 
 var (
 	urlPassword     = regexp.MustCompile(`^([a-zA-Z][a-zA-Z0-9+.-]*://[^/@?#]*?:)[^@/?#]*@`)
-	keywordPassword = regexp.MustCompile(`(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s]*)`)
+	keywordPassword = regexp.MustCompile(`(password\s*=\s*)('(?:[^'\\]|\\.)*'|(?:[^\s\\]|\\.)*\\?)`) // an unquoted value may escape a space as "\ "
 	queryPassword   = regexp.MustCompile(`([?&]password=)[^&#]*`)
 )
 

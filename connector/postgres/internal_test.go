@@ -179,6 +179,8 @@ func TestConfigStringRedacts(t *testing.T) {
 		"postgres://u@h/db?password=s3cret&sslmode=disable",
 		"host=h user=u password=s3cret dbname=db",
 		"host=h password = 's3 cret' dbname=db",
+		`host=h password=top\ s3cret dbname=db`, // pgx reads "\ " as a space in an unquoted value
+		`host=h password=s3\\ dbname=db`,
 	} {
 		c := Config{DSN: dsn, Password: "s3cret", Table: "t"}
 		for _, s := range []string{c.String(), fmt.Sprintf("%v", c), fmt.Sprintf("%+v", c), fmt.Sprintf("%#v", c)} {
