@@ -132,6 +132,15 @@ func covers(ranges []KeyRange) bool {
 // workers is the number of sessions a load reads with.
 func (e *Engine) workers() int { return max(e.cfg.LoadWorkers, 1) }
 
+// loadPageSize is the page size of the load in key order: five pages.
+// Its pages cost a query each and hold no ties to resolve, no fresh rows
+// to wait for; at 1,000 rows the sessions spend much of their time between
+// queries. Never more than a transaction may hold, never less than a page
+// (docs/design.md, "The initial load in key order").
+func (e *Engine) loadPageSize() int {
+	return max(min(5*e.cfg.PageSize, e.cfg.TxnMaxRecords), e.cfg.PageSize)
+}
+
 func (e *Engine) rangesLeft() int {
 	n := 0
 	for _, r := range e.cp.Load.Ranges {
@@ -196,7 +205,7 @@ func (e *Engine) walkRanges(ctx context.Context, view RangeLoader) error {
 		mu   sync.Mutex
 		next int
 	)
-	mark, limit := e.cp.PassMark, e.cfg.PageSize
+	mark, limit := e.cp.PassMark, e.loadPageSize()
 	for range min(e.workers(), len(jobs)) {
 		wg.Add(1)
 		go func() {

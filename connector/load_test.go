@@ -25,6 +25,7 @@ type memKeyTable struct {
 	failAt   int                             // LoadPage call that fails (0 = none)
 	requests map[connector.KeyRange][]string // cursors asked for, per range
 	splits   []int                           // the n of each SplitKeys call
+	limits   map[int]bool                    // the page limits asked for
 }
 
 func newMemKeyTable() *memKeyTable {
@@ -60,6 +61,10 @@ func (m *memKeyTable) LoadPage(ctx context.Context, req connector.LoadRequest) (
 	m.loads++
 	n, hook, fail := m.loads, m.onLoad, m.failAt == m.loads
 	m.requests[req.Range] = append(m.requests[req.Range], req.Cursor)
+	if m.limits == nil {
+		m.limits = map[int]bool{}
+	}
+	m.limits[req.Limit] = true
 	m.lmu.Unlock()
 	if hook != nil {
 		hook(n)
@@ -182,7 +187,7 @@ func TestKeyLoadUnderMutationsIsExactlyOnce(t *testing.T) {
 func TestKeyLoadResumesEveryRange(t *testing.T) {
 	r := newRig(t)
 	m := newMemKeyTable()
-	seedRandom(m, rand.New(rand.NewPCG(3, 4)), 1500)
+	seedRandom(m, rand.New(rand.NewPCG(3, 4)), 6000) // pages of 40 rows (TestKeyLoadPageSize)
 	cfg := connector.Config{PageSize: 10, TxnMaxRecords: 40, Margin: time.Second, LoadWorkers: 3}
 
 	// A failed page: the engine resumes from the last commit by itself.
@@ -234,5 +239,26 @@ func TestKeyLoadResumesEveryRange(t *testing.T) {
 	st := r.assertFolded(m.expected())
 	if d := dupes(st); len(d) > 0 {
 		t.Errorf("duplicate publications: %v", d)
+	}
+}
+
+// TestKeyLoadPageSize: the load in key order reads pages of five times
+// sync.page_size (its page cost is per query, with no ties to resolve and
+// no fresh rows to wait for), never more rows than a transaction may hold,
+// and never fewer than a page.
+func TestKeyLoadPageSize(t *testing.T) {
+	for _, c := range []struct{ page, txn, want int }{
+		{10, 1000, 50},
+		{10, 30, 30},
+		{100, 50, 100},
+	} {
+		r := newRig(t)
+		m := newMemKeyTable()
+		seedRandom(m, rand.New(rand.NewPCG(5, 6)), 300)
+		r.once(m, connector.Config{PageSize: c.page, TxnMaxRecords: c.txn, LoadWorkers: 2})
+		if len(m.limits) != 1 || !m.limits[c.want] {
+			t.Errorf("page_size %d, txn_max_records %d: load pages of %v rows, want %d", c.page, c.txn, m.limits, c.want)
+		}
+		r.assertFolded(m.expected())
 	}
 }
