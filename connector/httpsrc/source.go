@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/tidemark/tidemark/connector"
@@ -89,6 +90,9 @@ func (s *Source) Page(ctx context.Context, req connector.PageRequest) (connector
 		return connector.Page{}, err
 	}
 	page, err := s.parse(body, hdr, u)
+	if err == nil {
+		err = s.checkSince(page, req.Since)
+	}
 	if err != nil {
 		return connector.Page{}, fmt.Errorf("page from %s: %w", s.where(u), permanent(err))
 	}
@@ -100,6 +104,23 @@ func (s *Source) Page(ctx context.Context, req connector.PageRequest) (connector
 		return connector.Page{}, err
 	}
 	return page, nil
+}
+
+// checkSince refuses a page with an item dated before the pass's since:
+// the API did not filter by the parameter (it may call it something else).
+// Such a feed returns every row on every pass, and rows below the dedupe
+// set's floor would be published again each time.
+func (s *Source) checkSince(page connector.Page, since time.Time) error {
+	if since.IsZero() {
+		return nil
+	}
+	for i, r := range page.Rows {
+		if r.UpdatedAt.Before(since) {
+			return fmt.Errorf("item %d: id %q has %s %s, before %s, the since sent as %q: the API does not filter by that parameter; set source.since_param to the name it uses (rows before since would be published again on every pass)",
+				i, r.ID, s.cfg.UpdatedAtPath, schemas.FormatTime(r.UpdatedAt), schemas.FormatTime(since), s.cfg.SinceParam)
+		}
+	}
+	return nil
 }
 
 // where names the request in errors: scheme, host and path, no query.

@@ -116,9 +116,9 @@ var since = time.Date(2026, 1, 1, 0, 0, 0, 1, time.UTC).Truncate(time.Microsecon
 func TestPageRequestAndRows(t *testing.T) {
 	c := &canned{answers: []func(http.ResponseWriter, *http.Request){
 		body(200, `{"data":{"changes":[
-			{"key": 42, "ts": "2026-01-01T00:00:00.000001Z", "row": {"b": 1.50, "a": "x" }},
-			{"key": "s-1", "ts": "2026-01-01T01:00:00+01:00", "gone": true},
-			{"key": "s-2", "ts": "2026-01-01T00:00:00.000002Z", "del_at": "2026-01-02T00:00:00Z", "row": {}}
+			{"key": 42, "ts": "2026-01-01T00:00:00.000008Z", "row": {"b": 1.50, "a": "x" }},
+			{"key": "s-1", "ts": "2026-01-01T01:00:01+01:00", "gone": true},
+			{"key": "s-2", "ts": "2026-01-01T00:00:00.000009Z", "del_at": "2026-01-02T00:00:00Z", "row": {}}
 		]}, "meta": {"next": "opaque+/=?&cursor", "more": true}}`),
 	}}
 	s, _, _ := newSource(t, c, httpsrc.Config{
@@ -138,7 +138,7 @@ func TestPageRequestAndRows(t *testing.T) {
 		t.Fatalf("page %+v", p)
 	}
 	r := p.Rows[0]
-	if r.ID != "42" || r.Deleted || string(r.Value) != `{"b": 1.50, "a": "x" }` || !r.UpdatedAt.Equal(time.Date(2026, 1, 1, 0, 0, 0, 1000, time.UTC)) {
+	if r.ID != "42" || r.Deleted || string(r.Value) != `{"b": 1.50, "a": "x" }` || !r.UpdatedAt.Equal(time.Date(2026, 1, 1, 0, 0, 0, 8000, time.UTC)) {
 		t.Errorf("row 0 %+v %s", r, r.Value)
 	}
 	if r := p.Rows[1]; r.ID != "s-1" || !r.Deleted || r.Value != nil || r.UpdatedAt.Location() != time.UTC {
@@ -180,6 +180,26 @@ func TestEndSignals(t *testing.T) {
 				t.Fatalf("got %+v, %v", p, err)
 			}
 		})
+	}
+}
+
+// An item dated before the since the request sent fails the page: an API
+// that ignores the parameter (another name for it, say) would otherwise
+// return the whole feed on every pass, and every row below the dedupe
+// set's floor would be published again each time.
+func TestRowsBeforeSince(t *testing.T) {
+	page := `{"items":[{"id":"a","updated_at":"2026-01-01T00:00:00.000007Z"},{"id":"b","updated_at":"2025-12-31T23:59:59Z"}],"next_cursor":"c2"}`
+	for _, cursor := range []string{"", "c1"} {
+		s, _, _ := newSource(t, &canned{answers: []func(http.ResponseWriter, *http.Request){body(200, page)}}, httpsrc.Config{SinceParam: "from"})
+		_, err := s.Page(context.Background(), connector.PageRequest{Since: since, Cursor: cursor, Limit: 10})
+		if err == nil || !errors.Is(err, connector.ErrPermanent) || !strings.Contains(err.Error(), `id "b"`) || !strings.Contains(err.Error(), "source.since_param") || !strings.Contains(err.Error(), `"from"`) {
+			t.Errorf("cursor %q: want a permanent error naming the item and source.since_param, got %v", cursor, err)
+		}
+	}
+	// Without a since (the first pass), any date is fine.
+	s, _, _ := newSource(t, &canned{answers: []func(http.ResponseWriter, *http.Request){body(200, page)}}, httpsrc.Config{})
+	if p, err := s.Page(context.Background(), connector.PageRequest{Limit: 10}); err != nil || len(p.Rows) != 2 {
+		t.Errorf("no since: %+v, %v", p, err)
 	}
 }
 
