@@ -30,8 +30,8 @@ const (
 // Config configures a Source. Zero values take the documented defaults.
 //
 // JSON paths are dot-separated object keys ("data.items", "meta.next");
-// "" means the object itself where that makes sense (ItemsPath: the body is
-// the array; ValuePath: the whole item is the value).
+// ItemsPath "." means the body is the array; ValuePath "" that the whole
+// item is the value.
 type Config struct {
 	// Endpoint is the changes API URL, http or https; its own query
 	// parameters are kept. Required.
@@ -44,7 +44,9 @@ type Config struct {
 	// default 0: no cap. The reference feed refuses limits above 500.
 	MaxLimit int
 
-	// ItemsPath is the array of items in the body. Default "items".
+	// ItemsPath is the array of items in the body. Default "items"; "."
+	// is the body itself (with link pagination only: a bare array has no
+	// place for a next cursor).
 	ItemsPath string
 	// IDPath is the item's id: a string, or an integer written as a JSON
 	// number (its decimal text becomes the key). Default "id".
@@ -192,6 +194,12 @@ func (c Config) Validate() error {
 	}
 	for name, p := range map[string]string{"items": c.ItemsPath, "id": c.IDPath, "updated_at": c.UpdatedAtPath, "deleted": c.DeletedPath,
 		"deleted_at": c.DeletedAtPath, "value": c.ValuePath, "next_cursor": c.NextCursorPath, "has_more": c.HasMorePath, "error code": c.ErrorCodePath} {
+		if name == "items" && p == "." {
+			if c.Pagination != PaginateLink {
+				errs = append(errs, errors.New(`items path "." (the body is the array) leaves no place for a next cursor: use pagination: link`))
+			}
+			continue
+		}
 		if p != "" && (strings.HasPrefix(p, ".") || strings.HasSuffix(p, ".") || strings.Contains(p, "..")) {
 			errs = append(errs, fmt.Errorf("%s path %q has an empty segment", name, p))
 		}

@@ -22,7 +22,7 @@ type paths struct {
 }
 
 func split(p string) []string {
-	if p == "" {
+	if p == "" || p == "." { // the object itself
 		return nil
 	}
 	return strings.Split(p, ".")

@@ -227,6 +227,31 @@ func TestMalformedPage(t *testing.T) {
 	}
 }
 
+// items_path "." reads a body that is itself the array of items (with
+// link pagination: a bare array has no place for a next cursor).
+func TestBareArrayBody(t *testing.T) {
+	c := &canned{answers: []func(http.ResponseWriter, *http.Request){
+		body(200, `[{"id":"a","updated_at":"2026-01-01T00:00:00Z"},{"id":7,"updated_at":"2026-01-01T00:00:01Z"}]`),
+	}}
+	s, _, _ := newSource(t, c, httpsrc.Config{Pagination: httpsrc.PaginateLink, ItemsPath: "."})
+	p, err := s.Page(context.Background(), connector.PageRequest{Limit: 3})
+	if err != nil || !p.End || ids(p.Rows) != "a,7" {
+		t.Fatalf("page: %+v %v", p, err)
+	}
+	err = httpsrc.Config{Endpoint: "https://api.example.com/v1/changes", ItemsPath: "."}.Validate()
+	if err == nil || !strings.Contains(err.Error(), "pagination: link") {
+		t.Errorf("a bare array with cursor pagination: %v", err)
+	}
+}
+
+func ids(rows []connector.Row) string {
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		out[i] = r.ID
+	}
+	return strings.Join(out, ",")
+}
+
 func TestLinkPagination(t *testing.T) {
 	var hsURL string
 	c := &canned{}
