@@ -125,9 +125,11 @@ func Check(ctx context.Context, t Target) (Report, error) {
 		offset    int64
 	}
 	prev := map[string]*last{}
-	// Every version of every key published so far, with where it was first
+	// Every version of every key published so far, with where it was last
 	// seen: a repeat anywhere later in the log is a duplicate, not only a
-	// repeat of the key's previous record.
+	// repeat of the key's previous record. A repeat across a reset mark is
+	// the reset's re-publication, once: the next repeat is measured from
+	// it, so a second one after the same mark is a duplicate.
 	type at struct {
 		partition int32
 		offset    int64
@@ -152,19 +154,18 @@ func Check(ctx context.Context, t Target) (Report, error) {
 		if seen[k] == nil {
 			seen[k] = map[string]at{}
 		}
-		if first, ok := seen[k][version]; ok {
-			if crossesMark(t.ResetMarks, first.partition, first.offset, cur.offset) {
+		if before, ok := seen[k][version]; ok {
+			if before.partition == cur.partition && crossesMark(t.ResetMarks, before.partition, before.offset, cur.offset) {
 				r.Republished++
 			} else {
 				kind := "value"
 				if cur.tombstone {
 					kind = "tombstone"
 				}
-				r.sample(&r.Duplicates, "duplicate: key %s: the same %s (updated_at %s) published at %d/%d and again at %d/%d", k, kind, cur.updatedAt, first.partition, first.offset, cur.partition, cur.offset)
+				r.sample(&r.Duplicates, "duplicate: key %s: the same %s (updated_at %s) published at %d/%d and again at %d/%d", k, kind, cur.updatedAt, before.partition, before.offset, cur.partition, cur.offset)
 			}
-		} else {
-			seen[k][version] = at{cur.partition, cur.offset}
 		}
+		seen[k][version] = at{cur.partition, cur.offset}
 		if p := prev[k]; p != nil {
 			pt, perr := schemas.ParseTime(p.updatedAt)
 			ct, cerr := schemas.ParseTime(cur.updatedAt)

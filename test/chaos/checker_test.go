@@ -104,6 +104,15 @@ func TestCheckerCountsEachAnomaly(t *testing.T) {
 	if r.Duplicates != 1 || r.Republished != 1 {
 		t.Errorf("with a reset mark before the last publication: want 1 duplicate and 1 re-publication, got %d and %d", r.Duplicates, r.Republished)
 	}
+	// A reset re-publishes a version once: a second repeat after the mark
+	// is a duplicate (each repeat is measured from the latest one before it).
+	produce(rec("1", want["1"], ts(1)))
+	if r, err = Check(ctx, tg); err != nil {
+		t.Fatal(err)
+	}
+	if r.Duplicates != 2 || r.Republished != 1 {
+		t.Errorf("a version published twice after a reset mark: want 2 duplicates and 1 re-publication, got %d and %d", r.Duplicates, r.Republished)
+	}
 
 	// A repeat that is not the key's previous record is a duplicate too,
 	// and so is a tombstone of one version published twice.
@@ -113,7 +122,7 @@ func TestCheckerCountsEachAnomaly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Duplicates != 5 {
-		t.Errorf("want 5 duplicates (key 1 twice, key 3's stale value and its table value again, key 6's first tombstone again), got %d: %s", r.Duplicates, r)
+	if r.Duplicates != 6 {
+		t.Errorf("want 6 duplicates (key 1 three times, key 3's stale value and its table value again, key 6's first tombstone again), got %d: %s", r.Duplicates, r)
 	}
 }
