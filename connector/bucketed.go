@@ -65,8 +65,8 @@ type bucketed struct {
 	src   LiveViewer
 	pin   PinnedTopic
 	f     CompareFuncs
-	limit int // most keys in the KeySet; <= 0: no limit (forced)
-	ks    *KeySet
+	limit int // most keys in the fold; <= 0: no limit (forced)
+	tf    *TopicFold
 
 	target, source [Buckets]BucketDigest
 	// Counts of the target's records per bucket: the totals, and those of
@@ -128,14 +128,14 @@ func (c *bucketed) run(ctx context.Context, parts []Part) (CompareStats, error) 
 				// Everything fit at once after all: compare directly.
 				return c.direct(ctx, view)
 			}
-			_ = c.ks.Each(func(key string, d uint64) error {
+			_ = c.tf.Live.Each(func(key string, d uint64) error {
 				b, h := bucketOf(key)
 				c.target[b].add(h, d)
 				g.keys[b]++
 				return nil
 			})
 			width = hi - lo
-			if c.limit > 0 && c.ks.Len() < c.limit/2 {
+			if c.limit > 0 && c.tf.Live.Len() < c.limit/2 {
 				width *= 2
 			}
 			lo = hi
@@ -201,10 +201,10 @@ func (c *bucketed) run(ctx context.Context, parts []Part) (CompareStats, error) 
 // upper half of the range (and its counts) and goes on with the lower half;
 // it returns the hi it ended with.
 func (c *bucketed) fold(ctx context.Context, parts []int32, lo, hi int) (int, error) {
-	c.ks.Reset()
+	c.tf.Reset()
 	clear(c.pass[lo:hi])
 	n := 0
-	err := c.pin.Read(ctx, parts, func(key, value []byte) error {
+	err := c.pin.Read(ctx, parts, func(key, value, at []byte) error {
 		b, _ := bucketOf(key)
 		if b < lo || b >= hi {
 			return nil
@@ -213,22 +213,20 @@ func (c *bucketed) fold(ctx context.Context, parts []int32, lo, hi int) (int, er
 		pc.records++
 		if value == nil {
 			pc.tombstones++
-			c.ks.Delete(string(key))
-		} else {
-			same, err := c.ks.Put(string(key), digest(false, value))
-			if err != nil {
-				return err
-			}
-			if same {
-				pc.duplicate++
-			}
-			if c.limit > 0 && c.ks.Len() > c.limit && hi-lo > 1 {
-				mid := lo + (hi-lo)/2
-				c.ks.Filter(func(k string) bool { return Bucket(k) < mid })
-				hi = mid
-			}
 		}
-		c.bs.MaxKeys = max(c.bs.MaxKeys, c.ks.Len())
+		dup, err := c.tf.Add(key, value, at)
+		if err != nil {
+			return err
+		}
+		if dup {
+			pc.duplicate++
+		}
+		if c.limit > 0 && c.tf.Len() > c.limit && hi-lo > 1 {
+			mid := lo + (hi-lo)/2
+			c.tf.Filter(func(k string) bool { return Bucket(k) < mid })
+			hi = mid
+		}
+		c.bs.MaxKeys = max(c.bs.MaxKeys, c.tf.Len())
 		if n++; n%progressEvery == 0 {
 			return c.f.Progress()
 		}
@@ -249,7 +247,7 @@ func (c *bucketed) fold(ctx context.Context, parts []int32, lo, hi int) (int, er
 // direct compares the KeySet, which holds the whole target, with one scan
 // of the source: the in-memory comparison, inside the fixed views.
 func (c *bucketed) direct(ctx context.Context, view LiveView) (CompareStats, error) {
-	c.stats.TargetKeys = int64(c.ks.Len())
+	c.stats.TargetKeys = int64(c.tf.Live.Len())
 	for b := range Buckets {
 		c.stats.Records += c.records[b]
 		c.stats.Tombstones += c.tombstones[b]
@@ -257,12 +255,12 @@ func (c *bucketed) direct(ctx context.Context, view LiveView) (CompareStats, err
 	}
 	err := view.ScanLive(ctx, func(r *Row) error {
 		c.stats.SourceRows++
-		return compareRow(c.ks, r, &c.f)
+		return compareRow(c.tf.Live, r, &c.f)
 	})
 	if err != nil {
 		return c.stats, stagedOnce("source", fmt.Errorf("scan the source: %w", err))
 	}
-	return c.stats, c.ks.Unmarked(func(key string, _ uint64) error { return c.f.Extra(key, c.stats.View) })
+	return c.stats, c.tf.Live.Unmarked(func(key string, _ uint64) error { return c.f.Extra(key, c.stats.View) })
 }
 
 // drill compares the buckets of one round key by key: the target's keys of
@@ -287,14 +285,16 @@ func (c *bucketed) drill(ctx context.Context, view LiveView, round []int) error 
 			}
 		}
 	}
-	c.ks.Reset()
+	c.tf.Reset()
 	n := 0
 	if len(parts) > 0 {
-		err := c.pin.Read(ctx, parts, func(key, value []byte) error {
+		err := c.pin.Read(ctx, parts, func(key, value, at []byte) error {
+			// Only the live keys: the records were counted in the
+			// first read.
 			if b, _ := bucketOf(key); c.sel[b] {
 				if value == nil {
-					c.ks.Delete(string(key))
-				} else if _, err := c.ks.Put(string(key), digest(false, value)); err != nil {
+					c.tf.Live.Delete(string(key))
+				} else if _, err := c.tf.Live.Put(string(key), digest(false, value)); err != nil {
 					return err
 				}
 			}
@@ -304,14 +304,14 @@ func (c *bucketed) drill(ctx context.Context, view LiveView, round []int) error 
 			return nil
 		})
 		c.bs.TargetReads += len(parts)
-		c.bs.MaxKeys = max(c.bs.MaxKeys, c.ks.Len())
+		c.bs.MaxKeys = max(c.bs.MaxKeys, c.tf.Len())
 		if err != nil {
 			return stagedOnce("kafka", fmt.Errorf("read the target again, %d buckets: %w", len(round), err))
 		}
 	}
 	err := view.ScanLive(ctx, func(r *Row) error {
 		if b, _ := bucketOf(r.ID); c.sel[b] {
-			return compareRow(c.ks, r, &c.f)
+			return compareRow(c.tf.Live, r, &c.f)
 		}
 		if n++; n%progressEvery == 0 {
 			return c.f.Progress()
@@ -322,5 +322,5 @@ func (c *bucketed) drill(ctx context.Context, view LiveView, round []int) error 
 	if err != nil {
 		return stagedOnce("source", fmt.Errorf("scan the source again, %d buckets: %w", len(round), err))
 	}
-	return c.ks.Unmarked(func(key string, _ uint64) error { return c.f.Extra(key, c.stats.View) })
+	return c.tf.Live.Unmarked(func(key string, _ uint64) error { return c.f.Extra(key, c.stats.View) })
 }

@@ -49,7 +49,7 @@ type PinnedTopic interface {
 	// Read calls fn for every record of parts (all of them when nil), in
 	// order within each part, up to the pinned view; a nil value is a
 	// tombstone.
-	Read(ctx context.Context, parts []int32, fn func(key, value []byte) error) error
+	Read(ctx context.Context, parts []int32, fn func(key, value, updatedAt []byte) error) error
 	// End is the view: partition -> the offset reads stop at (nil for a
 	// target without offsets).
 	End() map[int32]int64
@@ -99,7 +99,10 @@ type CompareStats struct {
 	// Records, Tombstones and Duplicates read from the target (see
 	// TopicStats); End is the target view.
 	Records, Tombstones, Duplicates int64
-	End                             map[int32]int64
+	// Misplaced are target records outside their key's partition (see
+	// TopicStats).
+	Misplaced int64
+	End       map[int32]int64
 	// Bucketed is set when the comparison went by buckets.
 	Bucketed *BucketStats
 }
@@ -167,8 +170,12 @@ func Compare(ctx context.Context, src LiveScanner, target TopicView, maxKeys int
 	if maxKeys > 0 && total >= 0 && total <= int64(maxKeys) {
 		return compareInMemory(ctx, src, target, f)
 	}
-	c := &bucketed{src: viewer, pin: pin, f: f, limit: maxKeys, ks: NewKeySet(1 << 10)}
-	return c.run(ctx, parts)
+	c := &bucketed{src: viewer, pin: pin, f: f, limit: maxKeys, tf: NewTopicFold(1 << 10)}
+	cs, err := c.run(ctx, parts)
+	if m, ok := pin.(interface{ Misplaced() int64 }); ok {
+		cs.Misplaced = m.Misplaced()
+	}
+	return cs, err
 }
 
 // compareInMemory holds the whole target in one KeySet and streams the
@@ -178,7 +185,7 @@ func compareInMemory(ctx context.Context, src LiveScanner, target TopicView, f C
 	if err != nil {
 		return CompareStats{}, staged("kafka", fmt.Errorf("read the live keys of the target: %w", err))
 	}
-	cs := CompareStats{TargetKeys: int64(live.Len()), Records: st.Records, Tombstones: st.Tombstones, Duplicates: st.Duplicates, End: st.End}
+	cs := CompareStats{TargetKeys: int64(live.Len()), Records: st.Records, Tombstones: st.Tombstones, Duplicates: st.Duplicates, Misplaced: st.Misplaced, End: st.End}
 	view, err := src.ScanLive(ctx, func(r *Row) error {
 		cs.SourceRows++
 		return compareRow(live, r, &f)

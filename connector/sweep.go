@@ -26,10 +26,69 @@ type TopicView interface {
 // TopicStats describes a topic read.
 type TopicStats struct {
 	// Records and Tombstones read; Duplicates are records that repeated
-	// the key's previous value (a publication twice in a row).
+	// the key's previous record (a publication twice in a row; see
+	// TopicFold).
 	Records, Tombstones, Duplicates int64
+	// Misplaced are records in a partition their key does not hash to (a
+	// changed partition count; see fold.Pinned.Misplaced); 0 when the
+	// reader cannot tell.
+	Misplaced int64
 	// End is the last stable offset of each partition the read stopped at.
 	End map[int32]int64
+}
+
+// TopicFold folds a topic's records by key, in offset order per
+// partition: Live holds every live key with the digest of its last value,
+// and a tombstone deletes. It counts what it read, and as Duplicates every
+// record that repeats its key's previous one: the same value again (the
+// value holds the row's updated_at), or a tombstone right after a
+// tombstone with the same updated_at header. Both are one row version
+// published twice: the engine dedupes deletes as it dedupes values. (Two
+// deletes of different versions, with an insert between them that no pass
+// saw, are two versions.)
+type TopicFold struct {
+	Live  *KeySet
+	dead  *KeySet // keys whose last record is a tombstone: digest of its updated_at
+	Stats TopicStats
+}
+
+// NewTopicFold returns an empty fold sized for n live keys.
+func NewTopicFold(n int) *TopicFold {
+	return &TopicFold{Live: NewKeySet(n), dead: NewKeySet(16)}
+}
+
+// Add folds one record (value nil: a tombstone; updatedAt its header)
+// and reports whether it repeats its key's previous record.
+func (f *TopicFold) Add(key, value, updatedAt []byte) (dup bool, err error) {
+	f.Stats.Records++
+	if value == nil {
+		f.Stats.Tombstones++
+		f.Live.Delete(string(key))
+		dup, err = f.dead.Put(string(key), digest(false, updatedAt))
+	} else {
+		f.dead.Delete(string(key))
+		dup, err = f.Live.Put(string(key), digest(false, value))
+	}
+	if dup {
+		f.Stats.Duplicates++
+	}
+	return dup, err
+}
+
+// Len is the number of keys the fold holds: live, and deleted last.
+func (f *TopicFold) Len() int { return f.Live.Len() + f.dead.Len() }
+
+// Filter keeps only the keys keep accepts.
+func (f *TopicFold) Filter(keep func(key string) bool) {
+	f.Live.Filter(keep)
+	f.dead.Filter(keep)
+}
+
+// Reset empties the fold (its counts too), keeping its memory.
+func (f *TopicFold) Reset() {
+	f.Live.Reset()
+	f.dead.Reset()
+	f.Stats = TopicStats{}
 }
 
 // SweepResult is what a sweep did.

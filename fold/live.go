@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/connector"
+	"github.com/tidemark/tidemark/schemas"
 )
 
 // Topic reads a data topic's live keys for the sweep and verify.
@@ -30,31 +32,22 @@ var (
 
 // Live folds the topic read_committed, up to the last stable offsets when
 // it began, into a compact key set: every live key with the digest of its
-// last value (connector.Digest, so it compares with source rows directly).
+// last value (connector.Digest, so it compares with source rows directly),
+// counting repeats (connector.TopicFold).
 // Memory grows with the live keys, not the records.
 func (t Topic) Live(ctx context.Context) (*connector.KeySet, connector.TopicStats, error) {
 	pin, err := t.pin(ctx)
 	if err != nil {
 		return nil, connector.TopicStats{}, err
 	}
-	ks := connector.NewKeySet(1 << 16)
-	st := connector.TopicStats{End: pin.End()}
-	var row connector.Row
-	err = pin.Read(ctx, nil, func(key, value []byte) error {
-		st.Records++
-		if value == nil {
-			st.Tombstones++
-			ks.Delete(string(key))
-			return nil
-		}
-		row = connector.Row{Value: value}
-		same, err := ks.Put(string(key), connector.Digest(&row))
-		if same {
-			st.Duplicates++
-		}
+	f := connector.NewTopicFold(1 << 16)
+	err = pin.Read(ctx, nil, func(key, value, at []byte) error {
+		_, err := f.Add(key, value, at)
 		return err
 	})
-	return ks, st, err
+	f.Stats.End = pin.End()
+	f.Stats.Misplaced = pin.Misplaced()
+	return f.Live, f.Stats, err
 }
 
 // Pin fixes the topic's view: its start and last stable offsets now, once
@@ -73,7 +66,7 @@ func (t Topic) pin(ctx context.Context) (*Pinned, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Pinned{opts: t.Opts, topic: t.Topic, starts: starts, ends: ends, open: open}, nil
+	return &Pinned{opts: t.Opts, topic: t.Topic, starts: starts, ends: ends, open: open, checked: map[int32]int64{}}, nil
 }
 
 // Pinned is a topic fixed at the offsets observed by Pin.
@@ -82,6 +75,39 @@ type Pinned struct {
 	topic        string
 	starts, ends map[int32]int64
 	open         []OpenTxn
+
+	mu sync.Mutex
+	// checked is, per partition, the offset up to which records were
+	// checked against their key's partition; misplaced counts those
+	// outside it (each record once, however often it is read).
+	checked   map[int32]int64
+	misplaced int64
+}
+
+// home is the partitioner the producer uses (docs/design.md, "Records"):
+// a keyed record goes to murmur2(key) modulo the partition count.
+var home = kgo.StickyKeyPartitioner(nil).ForTopic("")
+
+// Misplaced is the number of records read so far that sit in a partition
+// their key does not hash to with the topic's current partition count: the
+// count changed since they were written, or another producer wrote them.
+// A key can then be live in two partitions.
+func (p *Pinned) Misplaced() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.misplaced
+}
+
+func (p *Pinned) check(r *kgo.Record) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r.Offset < p.checked[r.Partition] || r.Key == nil {
+		return
+	}
+	p.checked[r.Partition] = r.Offset + 1
+	if int32(home.Partition(r, len(p.ends))) != r.Partition {
+		p.misplaced++
+	}
 }
 
 var _ connector.PinnedTopic = (*Pinned)(nil)
@@ -99,14 +125,21 @@ func (p *Pinned) Parts() []connector.Part {
 // Read calls fn for every committed record of parts (nil: all), in offset
 // order per partition, up to the pinned end offsets (fetches of at most
 // fetchBytes, one partition at a time).
-func (p *Pinned) Read(ctx context.Context, parts []int32, fn func(key, value []byte) error) error {
+func (p *Pinned) Read(ctx context.Context, parts []int32, fn func(key, value, updatedAt []byte) error) error {
 	cl, err := kgo.NewClient(p.opts...)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", p.topic, err)
 	}
 	defer cl.Close()
 	return scanRanges(ctx, cl, p.topic, p.starts, p.ends, parts, func(r *kgo.Record) error {
-		return fn(r.Key, r.Value)
+		p.check(r)
+		var at []byte
+		for _, h := range r.Headers {
+			if h.Key == schemas.HeaderUpdatedAt {
+				at = h.Value
+			}
+		}
+		return fn(r.Key, r.Value, at)
 	})
 }
 

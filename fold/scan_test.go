@@ -291,12 +291,12 @@ func TestScanPartitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	var keys []string
-	if err := pin.Read(ctx, []int32{1}, func(k, _ []byte) error { keys = append(keys, string(k)); return nil }); err != nil {
+	if err := pin.Read(ctx, []int32{1}, func(k, _, _ []byte) error { keys = append(keys, string(k)); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	want(t, "Read([1])", keys, "p1a", "p1b")
 	keys = nil
-	if err := pin.Read(ctx, []int32{0}, func(k, _ []byte) error { keys = append(keys, string(k)); return nil }); err != nil {
+	if err := pin.Read(ctx, []int32{0}, func(k, _, _ []byte) error { keys = append(keys, string(k)); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	want(t, "Read([0])", keys, "p0a")

@@ -102,11 +102,11 @@ func (r *reports) take() []fold.OpenTxn {
 }
 
 func readPin(t *testing.T, pin interface {
-	Read(context.Context, []int32, func(k, v []byte) error) error
+	Read(context.Context, []int32, func(k, v, at []byte) error) error
 }) int {
 	t.Helper()
 	n := 0
-	if err := pin.Read(context.Background(), nil, func(_, _ []byte) error { n++; return nil }); err != nil {
+	if err := pin.Read(context.Background(), nil, func(_, _, _ []byte) error { n++; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	return n
