@@ -20,9 +20,11 @@ demo: build
 	$(GO) run ./test/demo -tidemark $(BIN)
 
 # Every test against a real PostgreSQL (throwaway cluster, or DATABASE_URL)
-# and a Kafka-protocol broker (in-process kfake, or KAFKA_BROKERS).
+# and a Kafka-protocol broker (in-process kfake, or KAFKA_BROKERS). CI=true
+# makes a test that finds no PostgreSQL fail instead of skipping
+# (test/harness), so that `make test` never passes without one.
 test: vet fmt-check
-	$(GO) test $(RACE) -count=1 -timeout 20m $(PKGS)
+	CI=true $(GO) test $(RACE) -count=1 -timeout 20m $(PKGS)
 
 # The integration and chaos suites against Apache Kafka (KRaft) and
 # PostgreSQL in containers, through testcontainers-go (test/harness/containers.go).

@@ -17,5 +17,5 @@ func errorAction(err error, code int) string {
 	if errors.As(err, &ce) {
 		return "fix the configuration or the grants named in the error and run again; nothing was committed past the last checkpoint"
 	}
-	return exitHint(code)
+	return hintFor(err, code) // main.go
 }

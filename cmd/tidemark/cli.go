@@ -75,6 +75,21 @@ type keyFlag struct {
 func (k keyFlag) String() string     { return "" }
 func (k keyFlag) Set(v string) error { k.a.overrides = append(k.a.overrides, k.key+"="+v); return nil }
 
+// boolKeyFlag is the flag of a boolean key: --source.horizon alone sets it
+// to true, --source.horizon=false to false; it never takes the next
+// argument as its value.
+type boolKeyFlag struct{ keyFlag }
+
+func (boolKeyFlag) IsBoolFlag() bool { return true }
+
+// keyFlagFor returns the flag that sets key.
+func (a *cli) keyFlagFor(key string) flag.Value {
+	if configFields().byKey[key].isBool() {
+		return boolKeyFlag{keyFlag{key, a}}
+	}
+	return keyFlag{key, a}
+}
+
 func (a *cli) parse(cmd string, args []string) error {
 	fs := flag.NewFlagSet("tidemark "+cmd, flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // one line and a hint on a bad flag, per-command help on --help (help.go)
@@ -120,7 +135,7 @@ func (a *cli) parse(cmd string, args []string) error {
 		fs.StringVar(&a.toWM, "to-watermark", "", "restart from this watermark (RFC 3339) instead of from scratch")
 	}
 	for _, k := range ConfigKeys() {
-		fs.Var(keyFlag{k, a}, k, "configuration key "+k+" (env "+EnvName(k)+")")
+		fs.Var(a.keyFlagFor(k), k, "configuration key "+k+" (env "+EnvName(k)+")")
 	}
 	if err := fs.Parse(args); err != nil {
 		if isHelp(err) {
@@ -130,7 +145,7 @@ func (a *cli) parse(cmd string, args []string) error {
 		return flagError(cmd, fs, err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q; flags go before or after, values need a flag (see --help): %w", fs.Arg(0), errUsage)
+		return usageErrorf("unexpected argument %q; flags go before or after, values need a flag (see --help)", fs.Arg(0))
 	}
 	a.overrides = append(a.overrides, sets...)
 	if a.logFormat != "" {
@@ -139,9 +154,13 @@ func (a *cli) parse(cmd string, args []string) error {
 	if a.logLevel != "" {
 		a.overrides = append(a.overrides, "log.level="+a.logLevel)
 	}
-	cfg, err := LoadConfig(a.configPath, a.env, a.overrides)
+	var uses []string // every key
+	if cmd == "broker" {
+		uses = brokerKeys // config.go
+	}
+	cfg, err := loadConfig(a.configPath, a.env, a.overrides, uses)
 	if err != nil {
-		return err
+		return a.withUnknownEnv(err) // help.go
 	}
 	a.cfg = cfg
 	a.log = newLogger(a.stderr, cfg.Log.Level, cfg.Log.Format)

@@ -668,3 +668,138 @@ func TestIsTerminal(t *testing.T) {
 		t.Error("a buffer counts as a terminal")
 	}
 }
+
+// A misspelt TIDEMARK_* variable is named with the closest one also when
+// the configuration fails to load (the misspelt key was required).
+func TestCLIUnknownEnvInLoadError(t *testing.T) {
+	env := map[string]string{"TIDEMARK_NAME": "t", "TIDEMARK_SOURCE_DSN": "host=h dbname=d", "TIDEMARK_SOURCE_TABEL": "orders"}
+	code, out, errOut := edgeCLI(t, env, "check")
+	if code != exitConfig || !strings.Contains(errOut, "source.table: required") ||
+		!strings.Contains(errOut, "TIDEMARK_SOURCE_TABEL") || !strings.Contains(errOut, `did you mean "TIDEMARK_SOURCE_TABLE"?`) {
+		t.Errorf("exit %d, stderr does not name the misspelt variable:\n%s%s", code, out, errOut)
+	}
+}
+
+// Help for every command, including version and help; feed --help; no
+// usage error ends in a stray ": usage".
+func TestCLIHelpEdges(t *testing.T) {
+	for _, args := range [][]string{{"help", "version"}, {"help", "help"}, {"feed", "--help"}, {"feed", "-h"}} {
+		code, out, errOut := edgeCLI(t, nil, args...)
+		if code != exitOK || errOut != "" || out == "" {
+			t.Errorf("%v: exit %d\n%s%s", args, code, out, errOut)
+		}
+		if strings.Contains(errOut, "did you mean") {
+			t.Errorf("%v: %s", args, errOut)
+		}
+	}
+	if _, out, _ := edgeCLI(t, nil, "help", "version"); !strings.Contains(out, "tidemark version") {
+		t.Errorf("help version:\n%s", out)
+	}
+	if _, out, _ := edgeCLI(t, nil, "feed", "--help"); !strings.Contains(out, "--hmac-key-file") {
+		t.Errorf("feed --help does not show the feed's flags:\n%s", out)
+	}
+	dir := t.TempDir()
+	cfg := writeEdgeConfig(t, dir, "c.yaml", "postgres://u@127.0.0.1:1/db", "")
+	for _, args := range [][]string{
+		{"run", "--config", cfg, "--onse"},
+		{"run", "--config", cfg, "stray"},
+		{"feed", "--config", cfg},
+		{"status", "--config", cfg, "--task", "x"},
+	} {
+		code, _, errOut := edgeCLI(t, nil, args...)
+		if code != exitConfig || strings.Contains(errOut, ": usage") {
+			t.Errorf("%v: exit %d, want 2 without a stray \": usage\":\n%s", args, code, errOut)
+		}
+	}
+}
+
+// Boolean configuration keys are flags that take no value (--key), or
+// --key=false; they do not swallow the next argument.
+func TestCLIBoolKeyFlags(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeEdgeConfig(t, dir, "c.yaml", "postgres://u@127.0.0.1:1/db", "")
+	a := &cli{stdout: io.Discard, stderr: io.Discard, env: func(string) string { return "" }}
+	if err := a.parse("run", []string{"--config", cfg, "--kafka.allow_non_compacted", "--once", "--source.horizon=false"}); err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	if !a.cfg.Kafka.AllowNonCompacted || !a.once || a.cfg.Source.Horizon {
+		t.Errorf("allow_non_compacted %v, once %v, horizon %v; want true, true, false", a.cfg.Kafka.AllowNonCompacted, a.once, a.cfg.Source.Horizon)
+	}
+	a = &cli{stdout: io.Discard, stderr: io.Discard, env: func(string) string { return "" }}
+	if err := a.parse("run", []string{"--config", cfg, "--source.horizon", "--kafka.allow_non_compacted=true"}); err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	if !a.cfg.Source.Horizon || !a.cfg.Kafka.AllowNonCompacted {
+		t.Errorf("horizon %v, allow_non_compacted %v; want both true", a.cfg.Source.Horizon, a.cfg.Kafka.AllowNonCompacted)
+	}
+	if _, _, errOut := edgeCLI(t, nil, "run", "--config", cfg, "--source.horizon=maybe"); !strings.Contains(errOut, "source.horizon") {
+		t.Errorf("--source.horizon=maybe: %s", errOut)
+	}
+}
+
+// verify's --replica-* flags without --replica-table are a usage error,
+// not silently ignored.
+func TestCLIVerifyReplicaFlagsNeedTable(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeEdgeConfig(t, dir, "c.yaml", "postgres://u@127.0.0.1:1/db", "")
+	for _, flags := range [][]string{
+		{"--replica-dsn", "postgres://u@127.0.0.1:1/r"},
+		{"--replica-schema", "s"},
+		{"--replica-password-env", "PW"},
+		{"--replica-password-file", "/nonexistent"},
+	} {
+		args := append([]string{"verify", "--config", cfg}, flags...)
+		code, _, errOut := edgeCLI(t, nil, args...)
+		if code != exitConfig || !strings.Contains(errOut, "--replica-table") || !strings.Contains(errOut, flags[0]) {
+			t.Errorf("%v: exit %d, want 2 naming --replica-table\n%s", args, code, errOut)
+		}
+	}
+}
+
+// redactText keeps the punctuation after a URL out of it: "URL: error"
+// stays "URL: error", with the URL's secrets redacted.
+func TestRedactTextTrailingPunctuation(t *testing.T) {
+	for in, want := range map[string]string{
+		"get https://api.example.com/changes?api_key=s3cr3t: connection refused": "get https://api.example.com/changes?api_key=REDACTED: connection refused",
+		"see https://api.example.com/changes?cursor=7.":                          "see https://api.example.com/changes?cursor=7.",
+		"(at https://u:pw@api.example.com/x), then":                              "(at https://u:REDACTED@api.example.com/x), then",
+		"https://en.example.org/wiki/A_(b)":                                      "https://en.example.org/wiki/A_(b)",
+	} {
+		if got := redactText(in); got != want {
+			t.Errorf("redactText(%q)\n = %q\nwant %q", in, got, want)
+		}
+	}
+}
+
+// The README, the example configuration and the code agree: the Go
+// version of go.mod, the id column types check accepts, and `make test`
+// running every test against a real PostgreSQL (CI=true: the harness
+// fails instead of skipping without one).
+func TestDocsAgreeWithCode(t *testing.T) {
+	read := func(p string) string {
+		b, err := os.ReadFile(filepath.Join("..", "..", p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	gomod, readme, example := read("go.mod"), read("README.md"), read("tidemark.example.yaml")
+	goVer := regexp.MustCompile(`(?m)^go (\S+)$`).FindStringSubmatch(gomod)
+	if goVer == nil || !strings.Contains(readme, "Go "+goVer[1]+" or later") {
+		t.Errorf("README does not say Go %v or later", goVer)
+	}
+	ids := regexp.MustCompile(`\s+#?\s*`).ReplaceAllString(strings.Join(regexp.MustCompile(`(?s)# Row id column.*?id_column:`).FindAllString(example, 1), ""), " ")
+	for _, ty := range []string{"bigint", "integer", "smallint", "text", "varchar", "uuid"} {
+		if !strings.Contains(ids, ty) {
+			t.Errorf("tidemark.example.yaml's id_column comment lacks %s: %s", ty, ids)
+		}
+	}
+	mk := read("Makefile")
+	recipe := regexp.MustCompile(`(?m)^test:.*\n((?:\t.*\n)+)`).FindStringSubmatch(mk)
+	if recipe == nil || !strings.Contains(recipe[1], "CI=true") {
+		t.Errorf("the Makefile's test target does not set CI=true:\n%v", recipe)
+	}
+	if !strings.Contains(readme, "`make test` sets `CI=true`") {
+		t.Errorf("README does not say that make test sets CI=true")
+	}
+}

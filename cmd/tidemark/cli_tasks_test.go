@@ -324,3 +324,67 @@ func TestCLITaskFailsAlone(t *testing.T) {
 	}
 	w.assertTasks()
 }
+
+// TestCLITaskModeKeepsReplicaFlags: in task mode, replica's own flags
+// (--target-table, --once, ...) reach the task's command, and verify
+// compares the task's replica table.
+func TestCLITaskModeKeepsReplicaFlags(t *testing.T) {
+	w := newCLIWorld(t)
+	cfg := w.tasksConfig("")
+	w.writeRows(1, 6, "one")
+	ctx := context.Background()
+	if code, out, errOut := w.cli(ctx, "run", "--config", cfg, "--once", "--task", "c"); code != exitOK {
+		t.Fatalf("run --once --task c: exit %d\n%s\n%s", code, out, errOut)
+	}
+	code, out, errOut := w.cli(ctx, "replica", "--config", cfg, "--task", "c", "--target-table", "c_replica", "--once")
+	if code != exitOK || !strings.Contains(out, "applied 6 records") {
+		t.Fatalf("replica --task c --target-table c_replica --once: exit %d\n%s\n%s", code, out, errOut)
+	}
+	code, out, errOut = w.cli(ctx, "verify", "--config", cfg, "--task", "c", "--replica-table", "c_replica")
+	if code != exitOK || !strings.Contains(out, "c_replica") {
+		t.Fatalf("verify --task c --replica-table c_replica: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+// tasksEdgeConfig is a configuration with tables whose DSN and brokers are
+// closed loopback ports: nothing may connect.
+func tasksEdgeConfig(t *testing.T) string {
+	t.Helper()
+	return writeFile(t, t.TempDir(), "tasks.yaml", `name: shop
+source:
+  dsn: "postgres://u@127.0.0.1:1/d"
+  notify: shop_changes
+kafka:
+  brokers: [127.0.0.1:1]
+log:
+  format: text
+tables:
+  - orders
+  - sales.customers
+`)
+}
+
+// TestCLITaskModePrintNotifySQL: check --print-notify-sql prints each
+// task's trigger (or the one --task names) and connects to nothing; feed
+// serve refuses a configuration with tables.
+func TestCLITaskModePrintNotifySQL(t *testing.T) {
+	cfg := tasksEdgeConfig(t)
+	began := time.Now()
+	code, out, errOut := edgeCLI(t, nil, "check", "--print-notify-sql", "--config", cfg, "--task", "public.orders")
+	if code != exitOK || !strings.Contains(out, `ON "public"."orders"`) || !strings.Contains(out, `pg_notify('shop_changes', '')`) ||
+		strings.Contains(out, "customers") {
+		t.Errorf("check --print-notify-sql --task public.orders: exit %d\n%s\n%s", code, out, errOut)
+	}
+	code, out, errOut = edgeCLI(t, nil, "check", "--print-notify-sql", "--config", cfg)
+	if code != exitOK || !strings.Contains(out, `ON "public"."orders"`) || !strings.Contains(out, `ON "sales"."customers"`) ||
+		!strings.Contains(out, "-- task sales.customers\n") {
+		t.Errorf("check --print-notify-sql: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if d := time.Since(began); d > 3*time.Second {
+		t.Errorf("--print-notify-sql took %s: it connected to something", d)
+	}
+	code, out, errOut = edgeCLI(t, nil, "feed", "serve", "--config", cfg, "--listen", "127.0.0.1:0")
+	if code != exitConfig || !strings.Contains(errOut, "tables:") || !strings.Contains(errOut, "single-table configuration") {
+		t.Errorf("feed serve with tables: exit %d\n%s\n%s", code, out, errOut)
+	}
+}

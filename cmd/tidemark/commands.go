@@ -32,7 +32,7 @@ func cmdRun(ctx context.Context, a *cli) (err error) {
 			return a.runTasksOnce(ctx)
 		}
 		if a.taskFlag != "" {
-			return fmt.Errorf("--task runs one task once, with --once; `tidemark run` runs the tasks the group assigns to it: %w", errUsage)
+			return usageErrorf("--task runs one task once, with --once; `tidemark run` runs the tasks the group assigns to it")
 		}
 		return a.runGroup(ctx)
 	}
@@ -103,7 +103,7 @@ func (a *cli) engine(ctx context.Context) (*connector.Engine, []kgo.Opt, error) 
 	}); err != nil {
 		return nil, nil, err
 	}
-	if err := a.startup(ctx, "the source's preflight", "source", func() error { return a.preflight(ctx, src, false) }); err != nil {
+	if err := a.startup(ctx, "the source's preflight", "source", func() error { return a.preflight(ctx, src, nil) }); err != nil {
 		return nil, nil, err
 	}
 	var wake <-chan struct{}
@@ -121,7 +121,7 @@ func (a *cli) engine(ctx context.Context) (*connector.Engine, []kgo.Opt, error) 
 			return nil, nil, err
 		}
 	}
-	if err := a.startup(ctx, "Kafka (topics)", "kafka", func() error { return a.ensureTopics(ctx, opts, false) }); err != nil {
+	if err := a.startup(ctx, "Kafka (topics)", "kafka", func() error { return a.ensureTopics(ctx, opts, nil) }); err != nil {
 		return nil, nil, err
 	}
 	var w *producer.Writer
@@ -143,24 +143,24 @@ func (a *cli) engine(ctx context.Context) (*connector.Engine, []kgo.Opt, error) 
 }
 
 // preflight checks the table (docs/design.md, Source table requirements). Failures stop with exit 2;
-// warnings are logged (or printed by check).
-func (a *cli) preflight(ctx context.Context, src connector.Source, print bool) error {
+// warnings are logged, or with rep (check) reported there.
+func (a *cli) preflight(ctx context.Context, src connector.Source, rep *checkReport) error {
 	ps, ok := src.(*postgres.Source)
 	if !ok {
-		if !print {
+		if rep == nil {
 			return nil
 		}
 		// A changes API has no catalog to inspect: `check` asks for the
 		// first page of a pass (one item) and reports what came back.
 		p, err := src.Page(ctx, connector.PageRequest{Limit: 1})
 		if err != nil {
-			fmt.Fprintf(a.stdout, "  fail  source     the first page request failed: %v\n", err)
+			rep.add(postgres.Fail, "source", fmt.Sprintf("the first page request failed: %v", err))
 			return fmt.Errorf("preflight: %w", err)
 		}
-		fmt.Fprintf(a.stdout, "  ok    source     the first page answered with %d item(s), end of list: %v\n", len(p.Rows), p.End)
+		rep.add(postgres.OK, "source", fmt.Sprintf("the first page answered with %d item(s), end of list: %v", len(p.Rows), p.End))
 		return nil
 	}
-	rep, err := ps.Check(ctx)
+	pr, err := ps.Check(ctx)
 	if err != nil {
 		return fmt.Errorf("preflight: %w", err)
 	}
@@ -169,29 +169,31 @@ func (a *cli) preflight(ctx context.Context, src connector.Source, print bool) e
 		if err != nil {
 			return fmt.Errorf("preflight horizon: %w", err)
 		}
-		rep.Findings = append(rep.Findings, fs...)
+		pr.Findings = append(pr.Findings, fs...)
 	}
 	if a.cfg.Source.Notify != "" {
 		fs, err := ps.CheckNotify(ctx, a.cfg.Source.Notify) // a warning without the trigger
 		if err != nil {
 			return fmt.Errorf("preflight notify: %w", err)
 		}
-		rep.Findings = append(rep.Findings, fs...)
+		pr.Findings = append(pr.Findings, fs...)
 	}
-	for _, f := range rep.Findings {
+	for _, f := range pr.Findings {
 		switch {
-		case print:
-			fmt.Fprintf(a.stdout, "  %-5s %-10s %s\n", f.Severity, f.Check, f.Message)
+		case rep != nil:
+			rep.add(f.Severity, f.Check, f.Message)
 		case f.Severity == postgres.Warn:
 			a.log.Warn("preflight: "+f.Message, "check", f.Check)
 		case f.Severity == postgres.OK:
 			a.log.Debug("preflight: "+f.Message, "check", f.Check)
 		}
 	}
-	return rep.Err()
+	return pr.Err()
 }
 
-func (a *cli) ensureTopics(ctx context.Context, opts []kgo.Opt, print bool) error {
+// ensureTopics creates or checks the topics; what it did is logged, or
+// with rep (check) reported there.
+func (a *cli) ensureTopics(ctx context.Context, opts []kgo.Opt, rep *checkReport) error {
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return err
@@ -199,8 +201,8 @@ func (a *cli) ensureTopics(ctx context.Context, opts []kgo.Opt, print bool) erro
 	defer cl.Close()
 	lines, err := producer.EnsureTopics(ctx, cl, a.topics())
 	for _, l := range lines {
-		if print {
-			fmt.Fprintf(a.stdout, "  ok    topic      %s\n", l)
+		if rep != nil {
+			rep.add(postgres.OK, "topic", l)
 		} else {
 			a.log.Info(l)
 		}
@@ -208,53 +210,140 @@ func (a *cli) ensureTopics(ctx context.Context, opts []kgo.Opt, print bool) erro
 	return err
 }
 
-func cmdCheck(ctx context.Context, a *cli) (err error) {
-	defer a.closeAll()
-	if a.notifySQL {
-		return a.printNotifySQL() // notify.go
+// checkReport is what `tidemark check` found. The text form prints each
+// finding as it is found; `check --json` prints the whole report as one
+// line of JSON at the end (with tables, one per task: perTask adds "task"
+// and "member").
+type checkReport struct {
+	Connector string `json:"connector"`
+	// Source and Kafka are the text's "source:" and "kafka:" lines.
+	Source   string         `json:"source"`
+	Kafka    string         `json:"kafka"`
+	Findings []checkFinding `json:"findings"`
+	// OK is true when check exits 0 (the text's "preflight passed").
+	OK bool `json:"ok"`
+	// Error is why it did not, redacted as on stderr.
+	Error string `json:"error,omitempty"`
+
+	out io.Writer // the text form's; nil with --json
+}
+
+// checkFinding is one line of check's report: what was checked (table, id,
+// updated_at, index, topic, checkpoint, ...), ok, warn or fail, and what
+// was found.
+type checkFinding struct {
+	Check    string `json:"check"`
+	Severity string `json:"severity"`
+	Message  string `json:"message"`
+}
+
+func (r *checkReport) add(sev postgres.Severity, check, msg string) {
+	r.Findings = append(r.Findings, checkFinding{Check: check, Severity: sev.String(), Message: msg})
+	if r.out != nil {
+		fmt.Fprintf(r.out, "  %-5s %-10s %s\n", sev, check, msg)
 	}
-	fmt.Fprintf(a.stdout, "tidemark check: connector %q\n", a.cfg.Name)
-	if a.isPostgres() {
-		fmt.Fprintf(a.stdout, "  source: %s table %s.%s (dsn %s)\n", a.cfg.Source.Kind, a.cfg.Source.Schema, a.cfg.Source.Table, RedactDSN(a.cfg.Source.DSN))
-	} else {
-		fmt.Fprintf(a.stdout, "  source: %s endpoint %s\n", a.cfg.Source.Kind, RedactDSN(a.cfg.Source.DSN))
-	}
-	fmt.Fprintf(a.stdout, "  kafka:  %s\n", a.cfg.describeKafkaSecurity())
-	src, err := a.source(ctx)
-	if err != nil {
+}
+
+// notWaited marks a failure that `run` waits out at start-up (a server
+// not answering) where check, a diagnostic, stopped at once: its exit hint
+// says what could not be reached instead of "after retries" (hintFor).
+type notWaited struct {
+	what string
+	err  error
+}
+
+func (e *notWaited) Error() string { return e.err.Error() }
+func (e *notWaited) Unwrap() error { return e.err }
+
+// notWaitedFor marks err unless waiting could not fix it (permanentStartup).
+func (a *cli) notWaitedFor(what string, err error) error {
+	if err == nil || permanentStartup(a.explainKafkaAccess(err)) {
 		return err
 	}
-	perr := a.preflight(ctx, src, true)
+	return &notWaited{what: what, err: err}
+}
+
+// checkCommand is `tidemark check`: the preflight of the table or of each
+// task, or with --print-notify-sql the trigger SQL, connecting to nothing.
+func checkCommand(ctx context.Context, a *cli) error {
+	if a.notifySQL {
+		return cmdNotifySQL(a) // notify.go
+	}
+	return perTask(cmdCheck)(ctx, a)
+}
+
+// cmdCheck is the preflight of one connector: the source table, the
+// topics and the checkpoint, printed as found (or with --json as one
+// object). Unlike run, it does not wait for a server that does not answer.
+func cmdCheck(ctx context.Context, a *cli) (err error) {
+	defer a.closeAll()
+	rep := &checkReport{Connector: a.cfg.Name, Kafka: a.cfg.describeKafkaSecurity(), Findings: []checkFinding{}}
+	if a.isPostgres() {
+		rep.Source = fmt.Sprintf("%s table %s.%s (dsn %s)", a.cfg.Source.Kind, a.cfg.Source.Schema, a.cfg.Source.Table, RedactDSN(a.cfg.Source.DSN))
+	} else {
+		rep.Source = fmt.Sprintf("%s endpoint %s", a.cfg.Source.Kind, RedactDSN(a.cfg.Source.DSN))
+	}
+	if a.jsonOut {
+		defer func() {
+			rep.OK = err == nil
+			if err != nil {
+				rep.Error = redactText(a.explainKafkaAccess(err).Error())
+			}
+			b, _ := json.Marshal(rep) // one line: perTask adds the task to it
+			fmt.Fprintln(a.stdout, string(b))
+		}()
+	} else {
+		rep.out = a.stdout
+		fmt.Fprintf(a.stdout, "tidemark check: connector %q\n", a.cfg.Name)
+		fmt.Fprintf(a.stdout, "  source: %s\n", rep.Source)
+		fmt.Fprintf(a.stdout, "  kafka:  %s\n", rep.Kafka)
+	}
+	if err := a.check(ctx, rep); err != nil {
+		return err
+	}
+	if !a.jsonOut {
+		fmt.Fprintln(a.stdout, "preflight passed")
+	}
+	return nil
+}
+
+func (a *cli) check(ctx context.Context, rep *checkReport) error {
+	const source = "the source (source.dsn)"
+	kafka := "Kafka (kafka.brokers)"
+	if len(a.cfg.Kafka.Brokers) == 0 {
+		kafka = "the embedded broker"
+	}
+	src, err := a.source(ctx)
+	if err != nil {
+		return a.notWaitedFor(source, err)
+	}
+	perr := a.notWaitedFor(source, a.preflight(ctx, src, rep))
 	opts, err := a.kafkaOpts()
 	if err != nil {
 		return err
 	}
-	if err := a.ensureTopics(ctx, opts, true); err != nil {
-		return err
+	if err := a.ensureTopics(ctx, opts, rep); err != nil {
+		return a.notWaitedFor(kafka, err)
 	}
 	cp, err := a.store(opts).Load(a.asItStands(ctx))
 	inconclusive := errors.Is(err, offsets.ErrAuditInconclusive)
 	if err != nil && !inconclusive {
-		return err
+		return a.notWaitedFor(kafka, err)
 	}
 	if inconclusive {
-		fmt.Fprintf(a.stdout, "  warn  checkpoint %s; run check again once the transaction is resolved\n", redactText(err.Error()))
+		rep.add(postgres.Warn, "checkpoint", redactText(err.Error())+"; run check again once the transaction is resolved")
 	}
 	sum, fields := a.cfg.Fingerprint()
 	switch {
 	case cp == nil:
-		fmt.Fprintf(a.stdout, "  ok    checkpoint none yet: the first run starts a fresh initial load\n")
+		rep.add(postgres.OK, "checkpoint", "none yet: the first run starts a fresh initial load")
 	case cp.Fingerprint != sum:
-		fmt.Fprintf(a.stdout, "  fail  checkpoint the configuration changed since the checkpoint: %s; run would stop (exit 3)\n",
-			strings.Join(DiffFingerprint(cp.FingerprintFields, fields), "; "))
+		rep.add(postgres.Fail, "checkpoint", fmt.Sprintf("the configuration changed since the checkpoint: %s; run would stop (exit 3)",
+			strings.Join(DiffFingerprint(cp.FingerprintFields, fields), "; ")))
 	default:
-		fmt.Fprintf(a.stdout, "  ok    checkpoint seq %d, phase %s, watermark %s\n", cp.Seq, cp.Phase, orInf(cp.Watermark))
+		rep.add(postgres.OK, "checkpoint", fmt.Sprintf("seq %d, phase %s, watermark %s", cp.Seq, cp.Phase, orInf(cp.Watermark)))
 	}
-	if perr != nil {
-		return perr
-	}
-	fmt.Fprintln(a.stdout, "preflight passed")
-	return nil
+	return perr
 }
 
 // asItStands lets a read-only command read the offsets and ledger topics
@@ -284,6 +373,9 @@ func cmdStatus(ctx context.Context, a *cli) (err error) {
 	if err != nil {
 		return err
 	}
+	if err := a.waitForKafka(ctx, opts); err != nil { // startup.go
+		return err
+	}
 	cp, err := a.store(opts).Load(a.asItStands(ctx))
 	if errors.Is(err, offsets.ErrAuditInconclusive) {
 		// Another writer's open transaction cut the view of one topic:
@@ -306,6 +398,7 @@ func cmdStatus(ctx context.Context, a *cli) (err error) {
 	}
 	if cp == nil {
 		fmt.Fprintf(a.stdout, "connector %q has no committed checkpoint in %s (never run, or reset to scratch)\n", a.cfg.Name, a.cfg.Kafka.OffsetsTopic)
+		fmt.Fprintf(a.stdout, "kafka:        %s\n", a.cfg.describeKafkaSecurity())
 		return nil
 	}
 	sum, fields := a.cfg.Fingerprint()
@@ -394,6 +487,9 @@ func cmdReset(ctx context.Context, a *cli) error {
 	if err != nil {
 		return err
 	}
+	if err := a.waitForKafka(ctx, opts); err != nil { // startup.go
+		return err
+	}
 	// A reset is the decision for a connector that cannot run, so it reads
 	// the checkpoint without the fail-closed audit. This first read, for
 	// the question, takes the topic as it stands; the reset itself follows
@@ -416,7 +512,7 @@ func cmdReset(ctx context.Context, a *cli) error {
 		fmt.Fprint(a.stdout, "type 'yes' to confirm: ")
 		line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
 		if strings.TrimSpace(line) != "yes" {
-			return fmt.Errorf("not confirmed; nothing changed (use --yes to skip the question): %w", errUsage)
+			return usageErrorf("not confirmed; nothing changed (use --yes to skip the question)")
 		}
 	}
 	by := a.by
@@ -429,7 +525,7 @@ func cmdReset(ctx context.Context, a *cli) error {
 			by += "@" + h
 		}
 	}
-	if err := a.ensureTopics(ctx, opts, false); err != nil {
+	if err := a.ensureTopics(ctx, opts, nil); err != nil {
 		return err
 	}
 	w, err := a.writer(ctx, opts)

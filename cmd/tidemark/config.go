@@ -86,8 +86,8 @@ type SourceConfig struct {
 	Schema string `yaml:"schema"`
 	// Table is the table to stream. Required for postgres.
 	Table string `yaml:"table"`
-	// IDColumn is the row id column: unique, NOT NULL, bigint, integer, text
-	// or uuid. Default "id". Postgres only.
+	// IDColumn is the row id column: unique, NOT NULL, bigint, integer,
+	// smallint, text, varchar or uuid. Default "id". Postgres only.
 	IDColumn string `yaml:"id_column"`
 	// UpdatedAtColumn is a timestamptz NOT NULL column changed on every
 	// write. Default "updated_at". Postgres only.
@@ -462,6 +462,18 @@ func EnvName(key string) string {
 // It then applies defaults and validates. env nil means os.Getenv. Every
 // error is a *ConfigError, joined with errors.Join when there are several.
 func LoadConfig(path string, env func(string) string, overrides []string) (*Config, error) {
+	return loadConfig(path, env, overrides, nil)
+}
+
+// brokerKeys are the keys `tidemark broker` uses: it serves the embedded
+// broker's data, and needs no name, source or topic.
+var brokerKeys = []string{"data_dir", "embedded.listen", "kafka.brokers", "log.level", "log.format"}
+
+// loadConfig is LoadConfig, validating only the keys in uses when uses is
+// not nil (and then not building the tasks of a tables: list). What the
+// file, the environment and the overrides set is still checked as always:
+// unknown keys, values that do not parse.
+func loadConfig(path string, env func(string) string, overrides []string, uses []string) (*Config, error) {
 	if env == nil {
 		env = os.Getenv
 	}
@@ -472,6 +484,11 @@ func LoadConfig(path string, env func(string) string, overrides []string) (*Conf
 			return nil, &ConfigError{Msg: "read config file", Err: err}
 		}
 		l.loadYAML(b)
+		if l.unreadable {
+			// Every key the file sets would be reported missing too: say
+			// only what is wrong with the file.
+			return nil, errors.Join(l.errs...)
+		}
 	}
 	if v := env("KAFKA_BROKERS"); v != "" {
 		l.set("kafka.brokers", v, "env KAFKA_BROKERS")
@@ -499,7 +516,7 @@ func LoadConfig(path string, env func(string) string, overrides []string) (*Conf
 		}
 		l.set(key, val, originCommandLine)
 	}
-	if l.tables != nil {
+	if l.tables != nil && uses == nil {
 		return l.loadTasks() // tasks.go
 	}
 	c := l.c
@@ -519,6 +536,9 @@ func LoadConfig(path string, env func(string) string, overrides []string) (*Conf
 			var ce *ConfigError
 			if errors.As(e, &ce) && failed[ce.Key] {
 				continue
+			}
+			if key, _, _ := strings.Cut(ce.Key, "["); uses != nil && !slices.Contains(uses, key) {
+				continue // a key this command does not use
 			}
 			errs = append(errs, e)
 		}
@@ -1211,6 +1231,11 @@ var configFields = sync.OnceValue(func() *fieldSet {
 	return fs
 })
 
+// isBool reports whether the key is a boolean.
+func (f *field) isBool() bool {
+	return reflect.TypeFor[Config]().FieldByIndex(f.index).Type.Kind() == reflect.Bool
+}
+
 func (f *field) value(c *Config) reflect.Value {
 	return reflect.ValueOf(c).Elem().FieldByIndex(f.index)
 }
@@ -1307,6 +1332,10 @@ type loader struct {
 	errs []error
 
 	tables, tablesKey *yaml.Node // the tables: list (tasks.go)
+
+	// unreadable: the file is not valid YAML or not a mapping, so none of
+	// its keys were read; that error is the only one reported.
+	unreadable bool
 }
 
 func (l *loader) fail(err error) { l.errs = append(l.errs, err) }
@@ -1339,6 +1368,7 @@ func (l *loader) loadYAML(b []byte) {
 			return // empty file
 		}
 		l.fail(&ConfigError{Origin: l.file, Msg: "not valid YAML", Err: err})
+		l.unreadable = true
 		return
 	}
 	var extra yaml.Node
@@ -1357,6 +1387,7 @@ func (l *loader) loadYAML(b []byte) {
 	}
 	if root.Kind != yaml.MappingNode {
 		l.fail(&ConfigError{Origin: l.at(root), Msg: "the file must be a mapping of keys (name:, source:, kafka:, ...)"})
+		l.unreadable = true
 		return
 	}
 	l.walk(root, "")

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // envMap returns an env function over m.
@@ -916,5 +918,58 @@ func TestREADMEDefaults(t *testing.T) {
 	}
 	if n < 3 {
 		t.Errorf("checked only %d stated defaults", n)
+	}
+}
+
+// A file that is not valid YAML is reported as that alone, not also as
+// every required key it would have set.
+func TestInvalidYAMLOnlyParseError(t *testing.T) {
+	for name, text := range map[string]string{
+		"syntax":      minimal + "sync:\n  page_size: [1\n",
+		"tab":         "name: x\nsource:\n\ttable: t\n",
+		"not mapping": "- a\n- b\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := loadErr(t, writeConfig(t, text), nil)
+			if strings.Contains(got, "required") || strings.Count(got, "\n") > 0 {
+				t.Errorf("want only the file's error, got:\n%s", got)
+			}
+		})
+	}
+}
+
+// TestExampleConfigNoWarnings: a copy of the example starts without a
+// warning.
+func TestExampleConfigNoWarnings(t *testing.T) {
+	c := mustLoad(t, "../../tidemark.example.yaml", nil)
+	if w := c.Warnings(); len(w) != 0 {
+		t.Errorf("the example configuration warns: %q", w)
+	}
+	// Setting notify_min_gap to its default without notify is harmless.
+	c = mustLoad(t, writeConfig(t, minimal+"  notify_min_gap: 20ms\n"), nil)
+	if w := c.Warnings(); len(w) != 0 {
+		t.Errorf("notify_min_gap at its default warns: %q", w)
+	}
+}
+
+// TestGroupTimeoutsWithinClientLimits: group.session_timeout and
+// group.rebalance_timeout are refused (exit 2, naming the key and a value
+// to use) unless the Kafka client accepts them, and every accepted value
+// is accepted by the client.
+func TestGroupTimeoutsWithinClientLimits(t *testing.T) {
+	for _, key := range []string{"group.session_timeout", "group.rebalance_timeout"} {
+		for _, v := range []string{"0s", "50ms", "-1s", "600h"} {
+			got := loadErr(t, writeConfig(t, minimal), nil, key+"="+v)
+			wantContains(t, got, key, "use")
+		}
+	}
+	for _, v := range []string{"1s", "45s", "596h"} {
+		c := mustLoad(t, writeConfig(t, minimal), nil, "group.session_timeout="+v, "group.rebalance_timeout="+v)
+		cl, err := kgo.NewClient(append(groupTimeouts(c.Group), kgo.SeedBrokers("127.0.0.1:1"), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"))...)
+		if err != nil {
+			t.Errorf("%s accepted by validation, refused by the client: %v", v, err)
+			continue
+		}
+		cl.Close()
 	}
 }

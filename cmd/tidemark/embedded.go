@@ -171,7 +171,11 @@ func cmdBroker(ctx context.Context, a *cli) error {
 	}
 	a.closers = append(a.closers, emb.Close)
 	fmt.Fprintf(a.stdout, "embedded broker of data_dir %s listening on %s (no authentication, loopback only); Ctrl-C stops it\n", a.cfg.DataDir, addrs[0])
-	fmt.Fprintf(a.stdout, "attach with: kcat -b %s -L   (topics)\n             kcat -b %s -C -t %s -e -f '%%k %%s\\n'   (records; add -X isolation.level=read_committed)\n", addrs[0], addrs[0], a.cfg.Kafka.Topic)
+	topic := a.cfg.Kafka.Topic
+	if topic == "" { // a configuration with only data_dir, or with tables
+		topic = "TOPIC"
+	}
+	fmt.Fprintf(a.stdout, "attach with: kcat -b %s -L   (topics)\n             kcat -b %s -C -t %s -e -f '%%k %%s\\n'   (records; add -X isolation.level=read_committed)\n", addrs[0], addrs[0], topic)
 	<-ctx.Done()
 	return nil
 }

@@ -152,3 +152,42 @@ func TestBrokerCommand(t *testing.T) {
 		}
 	}
 }
+
+// `tidemark broker` needs only where the data is: a configuration without
+// name, source or topic serves it.
+func TestBrokerCommandNeedsOnlyDataDir(t *testing.T) {
+	dir := t.TempDir()
+	addr := freePort(t)
+	cfg := filepath.Join(dir, "broker.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("data_dir: %s\nembedded:\n  listen: %s\nlog:\n  format: text\n", filepath.Join(dir, "data"), addr)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"broker", "--config", cfg}, &out, &errOut) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(out.String(), addr) {
+		select {
+		case code := <-done:
+			t.Fatalf("tidemark broker with only data_dir: exit %d\n%s\n%s", code, out.String(), errOut.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tidemark broker did not say it serves %s:\n%s\n%s", addr, out.String(), errOut.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Errorf("tidemark broker: exit %d\n%s", code, errOut.String())
+	}
+	// Keys it does not use are not checked, but a misspelt one still is.
+	if err := os.WriteFile(cfg, []byte("data_dir: d\nsorce:\n  table: t\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, e := edgeCLI(t, nil, "broker", "--config", cfg); code != exitConfig || !strings.Contains(e, "sorce") {
+		t.Errorf("broker with a misspelt key: exit %d\n%s", code, e)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -96,10 +97,12 @@ const (
 	envFeedToken = "TIDEMARK_FEED_AUTH_TOKEN"
 )
 
-// feedArgs registers the feed's flags and strips its subcommand.
+// feedArgs registers the feed's flags and strips its subcommand. `feed
+// --help` is the help of `feed serve`, its one subcommand.
 func (a *cli) feedArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	if len(args) == 0 || args[0] != "serve" {
-		return nil, fmt.Errorf("use `tidemark feed serve --config FILE [flags]`: %w", errUsage)
+	help := len(args) > 0 && slices.Contains([]string{"-h", "-help", "--help"}, args[0])
+	if !help && (len(args) == 0 || args[0] != "serve") {
+		return nil, usageErrorf("use `tidemark feed serve --config FILE [flags]`")
 	}
 	o := &a.feed
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to listen on (loopback by default; put TLS in front to expose it)")
@@ -120,6 +123,9 @@ func (a *cli) feedArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	fs.DurationVar(&o.limits.WriteTimeout, "write-timeout", d.WriteTimeout, "longest time to write an answer")
 	fs.DurationVar(&o.limits.IdleTimeout, "idle-timeout", d.IdleTimeout, "close a keep-alive connection idle this long")
 	fs.IntVar(&o.limits.MaxConns, "max-conns", d.MaxConns, "most connections open at once; more are answered 503 with Retry-After")
+	if help {
+		return args, nil
+	}
 	return args[1:], nil
 }
 
@@ -128,6 +134,10 @@ func (a *cli) feedArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 func cmdFeed(ctx context.Context, a *cli) error {
 	defer a.closeAll()
 	o := a.feed
+	if len(a.cfg.Tasks) > 0 {
+		return &ConfigError{Key: "tables", Origin: a.cfg.origin["tables"], Msg: "tidemark feed serve serves one table, and this configuration lists several; " +
+			"run it with a single-table configuration (source.table instead of tables:), one process per table to serve"}
+	}
 	if a.cfg.Source.Kind != "postgres" {
 		return &ConfigError{Key: "source.kind", Msg: "tidemark feed serve serves a PostgreSQL table; set source.kind postgres and the table's keys"}
 	}

@@ -90,15 +90,16 @@ func (e *taskEnv) close() {
 	}
 }
 
-// forTask returns the cli of one task: the task's configuration, a logger
-// naming it, and the shared resources of env.
+// forTask returns the cli of one task: the command's flags, the task's
+// configuration, a logger naming it, and the shared resources of env.
 func (a *cli) forTask(t Task, env *taskEnv) *cli {
 	return &cli{
 		stdout: a.stdout, stderr: a.stderr, env: a.env, environ: a.environ,
 		configPath: a.configPath, once: a.once, progress: a.progress, serve: a.serve, sasl: a.sasl,
-		jsonOut: a.jsonOut, yes: a.yes, reason: a.reason, by: a.by, toWM: a.toWM,
+		jsonOut: a.jsonOut, yes: a.yes, reason: a.reason, by: a.by, toWM: a.toWM, notifySQL: a.notifySQL,
 		replicaDSN: a.replicaDSN, replicaSchema: a.replicaSchema, replicaTable: a.replicaTable,
 		replicaPasswordEnv: a.replicaPasswordEnv, replicaPasswordFile: a.replicaPasswordFile,
+		replica: a.replica, feed: a.feed,
 		cfg: t.Cfg, log: a.log.With("task", t.Name), tasks: env, taskName: t.Name,
 	}
 }
@@ -109,11 +110,11 @@ func (a *cli) selectedTasks() ([]Task, error) {
 		return a.cfg.Tasks, nil
 	}
 	if len(a.cfg.Tasks) == 0 {
-		return nil, fmt.Errorf("--task %q: this configuration has no tables: list, so it has no tasks; drop --task: %w", a.taskFlag, errUsage)
+		return nil, usageErrorf("--task %q: this configuration has no tables: list, so it has no tasks; drop --task", a.taskFlag)
 	}
 	t, ok := a.cfg.task(a.taskFlag)
 	if !ok {
-		return nil, fmt.Errorf("--task %q: no such task; the tasks are %s: %w", a.taskFlag, a.cfg.taskNames(), errUsage)
+		return nil, usageErrorf("--task %q: no such task; the tasks are %s", a.taskFlag, a.cfg.taskNames())
 	}
 	return []Task{t}, nil
 }
@@ -302,16 +303,12 @@ func (a *cli) runGroup(ctx context.Context) error {
 	s := &supervisor{a: a, env: env, ctx: ctx, mode: connector.Continuous, tasks: a.cfg.Tasks, running: map[string]*runningTask{}}
 	host, _ := os.Hostname()
 	member := fmt.Sprintf("tidemark-%s@%s/%d/%04x", a.cfg.Name, host, os.Getpid(), rand.Uint32()>>16)
-	g := a.cfg.Group
-	cl, err := kgo.NewClient(append(slices.Clone(env.opts),
+	cl, err := kgo.NewClient(append(append(slices.Clone(env.opts), groupTimeouts(a.cfg.Group)...), // tasks.go
 		kgo.ClientID(member),
 		kgo.ConsumerGroup(groupName(a.cfg.Name)),
 		kgo.ConsumeTopics(topic),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.DisableAutoCommit(),
-		kgo.SessionTimeout(g.SessionTimeout.Duration),
-		kgo.RebalanceTimeout(g.RebalanceTimeout.Duration),
-		kgo.HeartbeatInterval(min(3*time.Second, g.SessionTimeout.Duration/3)),
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 			names := s.names(m)
 			a.log.Info("group: assigned tasks", "tasks", strings.Join(names, ","), "member", member)
@@ -525,7 +522,7 @@ func oneTask(run func(context.Context, *cli) error) func(context.Context, *cli) 
 			return withoutTasks(ctx, a, run)
 		}
 		if a.taskFlag == "" {
-			return fmt.Errorf("this configuration has tables:, so name the task this acts on with --task (one of %s): %w", a.cfg.taskNames(), errUsage)
+			return usageErrorf("this configuration has tables:, so name the task this acts on with --task (one of %s)", a.cfg.taskNames())
 		}
 		defer a.closeAll()
 		tasks, env, err := a.tasksAndEnv()

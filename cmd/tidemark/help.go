@@ -19,7 +19,15 @@ func helpCommand(stdout, stderr io.Writer, args []string) int {
 		return exitOK
 	}
 	for _, c := range commands {
-		if c.name == args[0] && c.run != nil {
+		if c.name == args[0] && c.run == nil { // version and help take no configuration and no flags
+			use := "tidemark " + c.name
+			if c.name == "help" {
+				use += " [command]"
+			}
+			fmt.Fprintf(stdout, "tidemark %s: %s\n\nUsage:\n  %s\n", c.name, c.summary, use)
+			return exitOK
+		}
+		if c.name == args[0] {
 			a := &cli{stdout: stdout, stderr: stderr, env: func(string) string { return "" }}
 			sub := []string{"--help"}
 			if c.name == "feed" {
@@ -91,7 +99,7 @@ func flagError(name string, fs *flag.FlagSet, err error) error {
 	if name == "feed" {
 		help = "tidemark feed serve --help"
 	}
-	return fmt.Errorf("%s; run `%s` for its flags: %w", msg, help, errUsage)
+	return usageErrorf("%s; run `%s` for its flags", msg, help)
 }
 
 // didYouMean is ` (did you mean "x"?)` for the closest candidate, or "".
@@ -113,24 +121,50 @@ func didYouMean(s string, candidates []string) string {
 var knownEnv = []string{envFeedKey, envFeedToken, "TIDEMARK_CPUPROFILE", "TIDEMARK_FAILPOINTS", "TIDEMARK_SOAK",
 	"TIDEMARK_SEED", "TIDEMARK_CHAOS_SEED", "TIDEMARK_CLI_HELPER", "TIDEMARK_SWEEP_ITERATIONS"}
 
-// warnUnknownEnv warns about TIDEMARK_* variables that set nothing: a
-// misspelt key would otherwise be ignored in silence.
-func (a *cli) warnUnknownEnv() {
+// unknownEnv describes the TIDEMARK_* variables that set nothing, each
+// with the closest variable that does: a misspelt key would otherwise be
+// ignored in silence.
+func (a *cli) unknownEnv() []*ConfigError {
 	if a.environ == nil {
-		return
+		return nil
 	}
 	var names []string
 	for _, k := range ConfigKeys() {
 		names = append(names, EnvName(k))
 	}
+	var out []*ConfigError
 	for _, kv := range a.environ() {
 		name, _, _ := strings.Cut(kv, "=")
 		if !strings.HasPrefix(name, "TIDEMARK_") || slices.Contains(names, name) || slices.Contains(knownEnv, name) ||
 			strings.HasPrefix(name, "TIDEMARK_TEST_") || strings.HasPrefix(name, "TIDEMARK_MEM_") {
 			continue
 		}
-		a.log.Warn(fmt.Sprintf("environment variable %s sets no configuration key and is ignored%s", name, didYouMean(name, names)))
+		out = append(out, &ConfigError{Origin: "env " + name, Msg: "sets no configuration key and is ignored" + didYouMean(name, names)})
 	}
+	slices.SortFunc(out, func(x, y *ConfigError) int { return strings.Compare(x.Origin, y.Origin) })
+	return out
+}
+
+// warnUnknownEnv warns about the TIDEMARK_* variables that set nothing.
+func (a *cli) warnUnknownEnv() {
+	for _, e := range a.unknownEnv() {
+		a.log.Warn(fmt.Sprintf("environment variable %s %s", strings.TrimPrefix(e.Origin, "env "), e.Msg))
+	}
+}
+
+// withUnknownEnv adds the TIDEMARK_* variables that set nothing to a
+// configuration that failed to load: a misspelt required key shows up as
+// missing, and the variable meant to set it is named next to it.
+func (a *cli) withUnknownEnv(err error) error {
+	unknown := a.unknownEnv()
+	if len(unknown) == 0 {
+		return err
+	}
+	errs := unjoin(err)
+	for _, e := range unknown {
+		errs = append(errs, e)
+	}
+	return errors.Join(errs...)
 }
 
 // printable escapes control characters (terminal escapes, carriage

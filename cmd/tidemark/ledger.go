@@ -16,6 +16,9 @@ func cmdLedger(ctx context.Context, a *cli) error {
 	if err != nil {
 		return err
 	}
+	if err := a.waitForKafka(ctx, opts); err != nil { // startup.go
+		return err
+	}
 	n := 0
 	err = a.ledger(opts).Entries(a.asItStands(ctx), 0, func(e *schemas.LedgerEntry) error {
 		n++

@@ -58,7 +58,7 @@ type command struct {
 
 var commands = []command{
 	{"run", "sync the source into Kafka (continuously, or --once)", cmdRun},
-	{"check", "preflight: check the source table and the topics, print what was found", perTask(cmdCheck)},
+	{"check", "preflight: check the source table and the topics, print what was found", checkCommand},
 	{"status", "print the committed checkpoint", perTask(cmdStatus)},
 	{"verify", "prove the topic (or a replica table) equals the source: key set and content", perTask(cmdVerify)},
 	{"sweep", "reconcile now: tombstones for hard-deleted rows, repair of missing or stale keys", perTask(cmdSweep)},
@@ -122,7 +122,7 @@ func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, env fu
 			a.log.Error(cmd.name+" stopped", "exit_code", code, "err", err.Error(), "action", errorAction(err, code))
 		}
 		fmt.Fprintf(stderr, "tidemark %s: %s\n", cmd.name, printable(redactText(err.Error())))
-		if hint := exitHint(code); hint != "" {
+		if hint := hintFor(err, code); hint != "" {
 			fmt.Fprintf(stderr, "(exit %d: %s)\n", code, hint)
 		}
 	}
@@ -147,6 +147,16 @@ func exitCode(err error) int {
 	return exitFailure
 }
 
+// hintFor is the hint printed after err's message: the exit code's, except
+// for a server that check did not wait for (commands.go).
+func hintFor(err error, code int) string {
+	var nw *notWaited
+	if code == exitFailure && errors.As(err, &nw) {
+		return "check does not wait or retry: it could not reach " + nw.what + "; run it again once that answers (run and the other commands wait for it at start-up)"
+	}
+	return exitHint(code)
+}
+
 func exitHint(code int) string {
 	switch code {
 	case exitConfig:
@@ -163,7 +173,20 @@ func exitHint(code int) string {
 	return ""
 }
 
+// errUsage marks a usage error (exit 2). Make one with usageErrorf: its
+// message is the text alone, without the marker's.
 var errUsage = errors.New("usage")
+
+// usageError is a usage error whose message says what is wrong and the fix.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string        { return e.msg }
+func (e *usageError) Is(target error) bool { return target == errUsage }
+
+// usageErrorf formats a usage error (exit 2).
+func usageErrorf(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
 
 func usage(w io.Writer) {
 	fmt.Fprintf(w, "tidemark %s — exactly-once delta sync from PostgreSQL to a compacted Kafka topic\n\nUsage:\n  tidemark <command> --config FILE [flags]\n\nCommands:\n", version)

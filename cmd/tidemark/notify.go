@@ -8,6 +8,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/tidemark/tidemark/connector/postgres"
 )
@@ -33,13 +34,42 @@ func (c *Config) validateNotify(p *problems) {
 func (c *Config) notifyWarnings() []string {
 	s := &c.Source
 	var w []string
-	if _, set := c.origin["source.notify_min_gap"]; set && s.Notify == "" && s.Kind == "postgres" {
+	// Set to its default (a copy of tidemark.example.yaml) it changes
+	// nothing either way: no warning.
+	def, _ := time.ParseDuration(defaults["source.notify_min_gap"])
+	if _, set := c.origin["source.notify_min_gap"]; set && s.Notify == "" && s.Kind == "postgres" && s.NotifyMinGap.Duration != def {
 		w = append(w, "source.notify_min_gap is set but source.notify is not: it has no effect without change notifications")
 	}
 	if s.Notify != "" && s.NotifyMinGap.Duration >= c.Sync.PollInterval.Duration && c.Sync.PollInterval.Duration > 0 {
 		w = append(w, fmt.Sprintf("source.notify_min_gap %s is not below sync.poll_interval %s: a notification never starts a pass sooner than the poll would", s.NotifyMinGap, c.Sync.PollInterval))
 	}
 	return w
+}
+
+// cmdNotifySQL is `tidemark check --print-notify-sql`: the trigger of the
+// table, or with tables of every task (or the one --task names), each
+// after a comment line naming it, so that the output stays one SQL script.
+// It connects to nothing, so it does not go through perTask, which opens
+// what the tasks share and asks the group who runs each.
+func cmdNotifySQL(a *cli) error {
+	if len(a.cfg.Tasks) == 0 {
+		if a.taskFlag != "" {
+			_, err := a.selectedTasks()
+			return err
+		}
+		return a.printNotifySQL()
+	}
+	tasks, err := a.selectedTasks()
+	if err != nil {
+		return err
+	}
+	for _, t := range tasks {
+		fmt.Fprintf(a.stdout, "-- task %s\n", t.Name)
+		if err := a.forTask(t, nil).printNotifySQL(); err != nil {
+			return fmt.Errorf("task %s: %w", t.Name, err)
+		}
+	}
+	return nil
 }
 
 // printNotifySQL is `tidemark check --print-notify-sql`: the trigger and

@@ -19,7 +19,26 @@ func redactText(s string) string {
 	if !strings.Contains(s, "://") {
 		return s
 	}
-	return urlRE.ReplaceAllStringFunc(s, httpsrc.RedactURL)
+	return urlRE.ReplaceAllStringFunc(s, func(u string) string {
+		u, tail := splitTrailing(u)
+		return httpsrc.RedactURL(u) + tail
+	})
+}
+
+// splitTrailing splits the punctuation that ends a sentence or a clause
+// off a URL found in text ("fetch https://x/?k=v: refused"), so that it is
+// neither redacted with the URL nor re-encoded into it. A closing
+// parenthesis stays when the URL opened one.
+func splitTrailing(u string) (url, tail string) {
+	end := len(u)
+	for end > 0 {
+		c := u[end-1]
+		if strings.IndexByte(".,;:!?", c) < 0 && (c != ')' || strings.Count(u[:end], "(") >= strings.Count(u[:end], ")")) {
+			break
+		}
+		end--
+	}
+	return u[:end], u[end:]
 }
 
 // redactHandler redacts URLs in every log message and attribute: the

@@ -77,15 +77,22 @@ func cmdReplica(ctx context.Context, a *cli) error {
 	if cfg.Schema == "" && a.isPostgres() {
 		cfg.Schema = a.cfg.Source.Schema // the default of verify --replica-schema too
 	}
+	// Like `run --once`, replica waits at start-up for a server that does
+	// not answer yet, up to sync.once_retry_timeout (startup.go).
 	if !f.infer {
-		cols, err := a.sourceColumns(ctx)
-		if err != nil {
+		if err := a.startup(ctx, "the source (for its column types)", "source", func() (err error) {
+			cfg.Columns, err = a.sourceColumns(ctx)
+			return waitOnlyForConnect(err)
+		}); err != nil {
 			return err
 		}
-		cfg.Columns = cols
 	}
-	target, err := replicapg.Open(ctx, cfg)
-	if err != nil {
+	var target *replicapg.Target
+	if err := a.startup(ctx, "the replica database", "source", func() (err error) {
+		target, err = replicapg.Open(ctx, cfg)
+		if err == nil {
+			return nil
+		}
 		if errors.Is(err, replicapg.ErrSchema) {
 			return &ConfigError{Key: "--target-table", Msg: "the replica table " + f.targetTable + " does not fit", Err: err}
 		}
@@ -93,12 +100,17 @@ func cmdReplica(ctx context.Context, a *cli) error {
 		if errors.As(err, &pe) && pe.Code == "3F000" { // invalid_schema_name
 			return &ConfigError{Key: "--target-schema", Msg: fmt.Sprintf("schema %q does not exist in the replica database; create it, or name another with --target-schema", cfg.Schema)}
 		}
-		return openError(dsnKey, cfg.DSN, "open replica target", err)
+		return waitOnlyForConnect(openError(dsnKey, cfg.DSN, "open replica target", err))
+	}); err != nil {
+		return err
 	}
 	a.closers = append(a.closers, target.Close)
 
 	opts, err := a.kafkaOpts()
 	if err != nil {
+		return err
+	}
+	if err := a.waitForKafka(ctx, opts); err != nil {
 		return err
 	}
 	c, err := replica.NewConsumer(replica.Config{Topic: a.cfg.Kafka.Topic, Opts: opts, BatchRecords: f.batchRecords, Logger: a.log}, target)

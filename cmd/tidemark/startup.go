@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/connector/postgres"
 )
@@ -66,6 +69,39 @@ func (a *cli) startup(ctx context.Context, what, reason string, fn func() error)
 // waiting.
 func permanentStartup(err error) bool {
 	var cfgErr *ConfigError
+	var wf *waitCannotFix
 	return errors.As(err, &cfgErr) || errors.Is(err, postgres.ErrBadConfig) || errors.Is(err, errUsage) ||
-		connector.Fatal(err)
+		connector.Fatal(err) || errors.As(err, &wf)
+}
+
+// waitCannotFix marks a start-up failure that waiting cannot fix, for a
+// step whose errors are not classified otherwise; its message and exit code
+// are err's.
+type waitCannotFix struct{ err error }
+
+func (e *waitCannotFix) Error() string { return e.err.Error() }
+func (e *waitCannotFix) Unwrap() error { return e.err }
+
+// waitOnlyForConnect lets startup wait only when a PostgreSQL connection
+// could not be made (the server down or starting); any other failure of
+// the step (a missing table, a statement that failed) returns at once.
+func waitOnlyForConnect(err error) error {
+	var ce *pgconn.ConnectError
+	if err == nil || errors.As(err, &ce) {
+		return err
+	}
+	return &waitCannotFix{err}
+}
+
+// waitForKafka waits at start-up, as startup does, until a broker answers
+// (a metadata request), for the commands that read or write the topics
+// without going through the engine (status, ledger, verify, reset,
+// replica): one started while Kafka is down waits for it like `run --once`.
+func (a *cli) waitForKafka(ctx context.Context, opts []kgo.Opt) error {
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	return a.startup(ctx, "Kafka", "kafka", func() error { return cl.Ping(ctx) })
 }

@@ -4,9 +4,12 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -31,16 +34,42 @@ type GroupConfig struct {
 	TasksTopic string `yaml:"tasks_topic"`
 }
 
+// Bounds of group.session_timeout and group.rebalance_timeout. The Kafka
+// client refuses either below 100ms, or above what the protocol's
+// int32-millisecond field holds, when it is created; below 1s neither
+// makes sense (brokers refuse a session timeout below
+// group.min.session.timeout.ms, 6s by default). An explicit 0s is not the
+// default: the client would refuse it at every start (exit 1, a crash
+// loop), so it is refused here (exit 2). TestGroupTimeoutsWithinClientLimits
+// checks the bounds against the client.
+const (
+	minGroupTimeout = time.Second
+	maxGroupTimeout = time.Duration(math.MaxInt32) * time.Millisecond
+)
+
 func (c *Config) validateGroup(p *problems) {
 	g := c.Group
-	if g.SessionTimeout.Duration < 0 || g.SessionTimeout.Duration > 0 && g.SessionTimeout.Duration.Milliseconds() < 1000 {
-		p.add("group.session_timeout", "%s is too short; use at least 1s (brokers refuse less than group.min.session.timeout.ms, 6s by default)", g.SessionTimeout)
+	if d := g.SessionTimeout.Duration; d < minGroupTimeout || d > maxGroupTimeout {
+		p.add("group.session_timeout", "%s is out of range; use %s..%s, e.g. 45s (the default): the Kafka client refuses less than 100ms, and brokers less than group.min.session.timeout.ms (6s by default)",
+			g.SessionTimeout, minGroupTimeout, maxGroupTimeout)
 	}
-	if g.RebalanceTimeout.Duration < 0 || g.RebalanceTimeout.Duration > 0 && g.RebalanceTimeout.Duration.Milliseconds() < 1000 {
-		p.add("group.rebalance_timeout", "%s is too short; use at least 1s, enough for a task to abort its transaction", g.RebalanceTimeout)
+	if d := g.RebalanceTimeout.Duration; d < minGroupTimeout || d > maxGroupTimeout {
+		p.add("group.rebalance_timeout", "%s is out of range; use %s..%s, e.g. 60s (the default), enough for a task to abort its transaction: the Kafka client refuses less than 100ms",
+			g.RebalanceTimeout, minGroupTimeout, maxGroupTimeout)
 	}
 	if g.TasksTopic != "" {
 		p.topic("group.tasks_topic", g.TasksTopic)
+	}
+}
+
+// groupTimeouts are the client options of the group's timeouts: the
+// session and rebalance timeouts, and a heartbeat a third of the session
+// timeout, at most 3s.
+func groupTimeouts(g GroupConfig) []kgo.Opt {
+	return []kgo.Opt{
+		kgo.SessionTimeout(g.SessionTimeout.Duration),
+		kgo.RebalanceTimeout(g.RebalanceTimeout.Duration),
+		kgo.HeartbeatInterval(min(3*time.Second, g.SessionTimeout.Duration/3)),
 	}
 }
 

@@ -19,6 +19,16 @@ var errMismatch = errors.New("verify found differences")
 // (or with a replica table) by key set and content digest.
 func cmdVerify(ctx context.Context, a *cli) error {
 	defer a.closeAll()
+	if a.replicaTable == "" {
+		// The other --replica-* flags describe the replica table: without
+		// it, verify would compare the topic and ignore them.
+		for _, f := range []struct{ name, value string }{{"--replica-dsn", a.replicaDSN}, {"--replica-schema", a.replicaSchema},
+			{"--replica-password-env", a.replicaPasswordEnv}, {"--replica-password-file", a.replicaPasswordFile}} {
+			if f.value != "" {
+				return usageErrorf("%s needs --replica-table: name the replica table to compare (tidemark verify --config FILE --replica-table orders_replica %s ...), or drop %s to verify the topic", f.name, f.name, f.name)
+			}
+		}
+	}
 	if err := a.needsLiveRows("verify"); err != nil {
 		return err
 	}
@@ -27,8 +37,13 @@ func cmdVerify(ctx context.Context, a *cli) error {
 			return err
 		}
 	}
-	src, err := a.source(ctx)
-	if err != nil {
+	// Like `run --once`, verify waits at start-up for a server that does
+	// not answer yet, up to sync.once_retry_timeout (startup.go).
+	var src connector.Source
+	if err := a.startup(ctx, "the source", "source", func() (err error) {
+		src, err = a.source(ctx)
+		return err
+	}); err != nil {
 		return err
 	}
 	scanner, ok := src.(connector.LiveScanner)
@@ -53,13 +68,14 @@ func cmdVerify(ctx context.Context, a *cli) error {
 		if a.replicaSchema != "" {
 			pc.Schema = a.replicaSchema
 		}
-		rs, err := postgres.New(ctx, pc)
-		if err != nil {
-			key := "--replica-dsn"
-			if a.replicaDSN == "" {
-				key = "source.dsn"
+		var rs *postgres.Source
+		if err := a.startup(ctx, "the replica database", "source", func() (err error) {
+			if rs, err = postgres.New(ctx, pc); err != nil {
+				return openError(dsnKey, pc.DSN, fmt.Sprintf("open the replica table %s.%s (--replica-schema, default source.schema, and --replica-table name it) at", pc.Schema, pc.Table), err)
 			}
-			return openError(key, pc.DSN, fmt.Sprintf("open the replica table %s.%s (--replica-schema, default source.schema, and --replica-table name it) at", pc.Schema, pc.Table), err)
+			return nil
+		}); err != nil {
+			return err
 		}
 		a.closers = append(a.closers, rs.Close)
 		target = verify.Scanned{LiveScanner: rs}
@@ -67,6 +83,9 @@ func cmdVerify(ctx context.Context, a *cli) error {
 	} else {
 		opts, err := a.kafkaOpts()
 		if err != nil {
+			return err
+		}
+		if err := a.waitForKafka(ctx, opts); err != nil {
 			return err
 		}
 		target = fold.Topic{Opts: opts, Topic: a.cfg.Kafka.Topic}
