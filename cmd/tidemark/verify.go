@@ -96,7 +96,7 @@ func cmdVerify(ctx context.Context, a *cli) error {
 		return err
 	}
 	a.log.Info("verify finished", "ok", rep.OK(), "missing", rep.Missing, "extra", rep.Extra, "mismatched", rep.Mismatched,
-		"duplicate_publications", rep.Duplicates, "source_rows", rep.SourceRows, "live_keys", rep.LiveKeys)
+		"duplicate_publications", rep.Duplicates, "misplaced_records", rep.Misplaced, "source_rows", rep.SourceRows, "live_keys", rep.LiveKeys)
 	if a.jsonOut {
 		b, _ := json.MarshalIndent(struct {
 			*verify.Report
@@ -107,7 +107,7 @@ func cmdVerify(ctx context.Context, a *cli) error {
 		fmt.Fprint(a.stdout, rep.Text())
 	}
 	if !rep.OK() {
-		return fmt.Errorf("%w: %d missing, %d extra, %d mismatched, %d duplicate publications", errMismatch, rep.Missing, rep.Extra, rep.Mismatched, rep.Duplicates)
+		return fmt.Errorf("%w: %d missing, %d extra, %d mismatched, %d duplicate publications, %d records outside their key's partition", errMismatch, rep.Missing, rep.Extra, rep.Mismatched, rep.Duplicates, rep.Misplaced)
 	}
 	return nil
 }
