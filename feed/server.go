@@ -237,6 +237,24 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		req.Cursor = s.cfg.Table.CursorAfter(c.UpdatedAt, c.ID)
 	}
 
+	if rs, ok := s.cfg.Table.(connector.Reshaper); ok {
+		// The table's shape, read again as a pass of the connector does
+		// (one catalog row): a column added or retyped is served from
+		// this request on, not from the next restart.
+		ch, err := rs.Reshape(r.Context())
+		if err != nil {
+			if r.Context().Err() != nil {
+				return
+			}
+			s.cfg.Logger.Error("feed: the table changed and cannot be served", "err", err)
+			writeError(w, http.StatusServiceUnavailable, CodeInternal, "the table changed and no longer meets the requirements; the server log says what to do", "")
+			return
+		}
+		if ch != nil {
+			s.cfg.Logger.Warn("feed: the table's columns changed: items from now on carry the new shape",
+				"added", ch.Added, "dropped", ch.Dropped, "retyped", ch.Retyped, "table_replaced", ch.Replaced, "old", ch.Old, "new", ch.New)
+		}
+	}
 	page, err := s.cfg.Table.Page(r.Context(), req)
 	if err != nil {
 		if r.Context().Err() != nil {

@@ -6,6 +6,7 @@ package httpsrc_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -395,5 +396,43 @@ func TestRejectedCursorOnResumeStops(t *testing.T) {
 	}
 	if got := r.fold().Records; got != committed {
 		t.Errorf("the topic changed from %d to %d records", committed, got)
+	}
+}
+
+// TestFeedFollowsSchemaChanges: the reference feed reads the table's shape
+// again as a pass of the connector does: a column added is in the items
+// from the next request on, and a column dropped or retyped does not leave
+// every request failing until the server restarts.
+func TestFeedFollowsSchemaChanges(t *testing.T) {
+	u := newUpstream(t)
+	u.insert(1, 3, t0, time.Second)
+	get := func() (int, feed.Response) {
+		t.Helper()
+		resp, err := http.Get(u.http.URL + "/?limit=10")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var r feed.Response
+		if resp.StatusCode == 200 {
+			if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return resp.StatusCode, r
+	}
+	if st, r := get(); st != 200 || len(r.Items) != 3 {
+		t.Fatalf("before: %d %+v", st, r)
+	}
+	for _, c := range []struct{ ddl, want, not string }{
+		{"ALTER TABLE items ADD COLUMN extra int DEFAULT 7", `"extra":7`, ""},
+		{"ALTER TABLE items ALTER COLUMN extra TYPE text USING 'x' || extra", `"extra":"x7"`, ""},
+		{"ALTER TABLE items DROP COLUMN extra", `"name"`, `"extra"`},
+	} {
+		u.exec(c.ddl)
+		st, r := get()
+		if st != 200 || len(r.Items) != 3 || !strings.Contains(string(r.Items[0].Data), c.want) || c.not != "" && strings.Contains(string(r.Items[0].Data), c.not) {
+			t.Errorf("after %s: %d %+v", c.ddl, st, r)
+		}
 	}
 }
