@@ -364,6 +364,9 @@ func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 			}
 			return e.completion(started, "stopped: "+err.Error()), err
 		}
+		// The pass after a failure is full (docs/design.md, "Head
+		// passes"), even when a wake-up started the one that failed.
+		e.woke, e.fullAt = false, time.Time{}
 		if ok, giveUp := rt.wait(ctx, err, "transient failure; will resume from the last committed checkpoint"); !ok {
 			return e.stopAfterRetries(started, giveUp)
 		}

@@ -2,7 +2,9 @@ package connector_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,4 +59,72 @@ func (r *rig) assertFoldedQuiet() map[string]string {
 		out[k] = fmt.Sprint(string(v.Value))
 	}
 	return out
+}
+
+// TestPassAfterAFailureIsFull: a pass that a wake-up started and that
+// failed before it read anything (the source's clock did not answer) is
+// retried as a full pass, as every pass after a failure is, not as a head
+// pass (docs/design.md, "Head passes").
+func TestPassAfterAFailureIsFull(t *testing.T) {
+	r := newRig(t)
+	m := &flakyClock{memTable: newMemTable()}
+	m.set("a", t0, "v1", false)
+	wake := make(chan struct{}, 1)
+	obs := &passObserver{}
+	e, _ := r.engine(m, connector.Config{PollInterval: time.Hour, Wake: wake, Observer: obs})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := e.Run(ctx, connector.Continuous); done <- err }()
+	waitSeq(t, r, 1) // the first (full) pass
+	m.fail.Store(true)
+	m.set("b", time.Now(), "v1", false)
+	wake <- struct{}{}
+	deadline := time.Now().Add(10 * time.Second)
+	for obs.ends.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("no pass ended after the failure")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if m.fail.Load() {
+		t.Fatal("the clock never failed")
+	}
+	if n := obs.heads.Load(); n != 0 {
+		t.Errorf("the pass retried after a failure was a head pass (%d head passes ended)", n)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// flakyClock is a memTable whose clock fails once when fail is set.
+type flakyClock struct {
+	*memTable
+	fail atomic.Bool
+}
+
+func (f *flakyClock) Now(context.Context) (time.Time, error) {
+	if f.fail.CompareAndSwap(true, false) {
+		return time.Time{}, errors.New("the clock did not answer (injected)")
+	}
+	return time.Now().UTC(), nil
+}
+
+// passObserver counts the committed ends of passes, and of head passes.
+type passObserver struct{ ends, heads atomic.Int64 }
+
+func (o *passObserver) ObservePage(time.Duration, int)     {}
+func (o *passObserver) ObserveAbort()                      {}
+func (o *passObserver) ObserveRetry(string)                {}
+func (o *passObserver) ObserveStop(string)                 {}
+func (o *passObserver) ObserveSweep(connector.SweepResult) {}
+func (o *passObserver) ObserveCommit(c connector.CommitInfo) {
+	if c.PassEnded {
+		o.ends.Add(1)
+		if c.HeadPass {
+			o.heads.Add(1)
+		}
+	}
 }
