@@ -140,18 +140,33 @@ type runningTask struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	err    error
+	// stopping is set (under supervisor.mu) once stop cancelled it; it
+	// stays listed until done, so that every stop waits for it.
+	stopping bool
 }
 
-// start starts t unless it runs.
+// start starts t unless it runs. A task still stopping (revoked and
+// assigned back at once) is waited for first.
 func (s *supervisor) start(t Task) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if rt := s.running[t.Name]; rt != nil {
+	for {
+		rt := s.running[t.Name]
+		if rt == nil {
+			break
+		}
 		select {
 		case <-rt.done: // it stopped on its own: a new assignment starts it again
 		default:
-			return
+			if !rt.stopping {
+				return
+			}
+			s.mu.Unlock()
+			<-rt.done
+			s.mu.Lock()
+			continue
 		}
+		break
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	rt := &runningTask{cancel: cancel, done: make(chan struct{})}
@@ -231,21 +246,30 @@ func (s *supervisor) runOnce(ctx context.Context, t Task) (err error) {
 }
 
 // stop stops the named tasks and waits until each has ended (its open
-// transaction aborted or committed, its producer closed).
+// transaction aborted or committed, its producer closed), also when
+// another stop (shutdown, and the group's revoke on the client's
+// goroutine) is already stopping it.
 func (s *supervisor) stop(names []string) {
-	var wait []*runningTask
+	wait := map[string]*runningTask{}
 	s.mu.Lock()
 	for _, n := range names {
 		if rt := s.running[n]; rt != nil {
 			rt.cancel()
-			wait = append(wait, rt)
-			delete(s.running, n)
+			rt.stopping = true
+			wait[n] = rt
 		}
 	}
 	s.mu.Unlock()
 	for _, rt := range wait {
 		<-rt.done
 	}
+	s.mu.Lock()
+	for n, rt := range wait {
+		if s.running[n] == rt {
+			delete(s.running, n)
+		}
+	}
+	s.mu.Unlock()
 	if s.env.group != nil {
 		for _, n := range names {
 			s.env.group.RemoveTask(n)
