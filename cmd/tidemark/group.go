@@ -371,15 +371,32 @@ func (a *cli) runGroup(ctx context.Context) error {
 	s.owns = func(ctx context.Context, t Task) bool { return a.assignedHere(ctx, cl, topic, t) }
 	a.log.Info("starting", "connector", a.cfg.Name, "tasks", len(a.cfg.Tasks), "group", groupName(a.cfg.Name), "tasks_topic", topic, "member", member)
 	// Polling keeps the client's fetch buffers drained; the tasks topic
-	// holds no records, and the group is managed in the background.
+	// holds no records, and the group is managed in the background. The
+	// client reports a failed join or heartbeat through the poll: one
+	// that waiting cannot fix (a missing group ACL) stops the member with
+	// its exit code; others are logged and retried by the client.
+	pctx, stopPolling := context.WithCancel(ctx)
+	defer stopPolling()
 	polled := make(chan struct{})
+	var fatal error
 	go func() {
 		defer close(polled)
-		for ctx.Err() == nil {
-			cl.PollFetches(ctx)
+		for pctx.Err() == nil {
+			cl.PollFetches(pctx).EachError(func(_ string, _ int32, err error) {
+				var gs *kgo.ErrGroupSession
+				if !errors.As(err, &gs) || fatal != nil {
+					return
+				}
+				if e := a.explainKafkaAccess(gs.Err); exitCode(e) == exitConfig {
+					fatal = e
+					stopPolling()
+					return
+				}
+				a.log.Warn("group: the group session failed; the client retries", "err", gs.Err.Error())
+			})
 		}
 	}()
-	<-ctx.Done()
+	<-pctx.Done()
 	<-polled
 	// Stop the tasks first, so that the others' new owners start on
 	// finished transactions, then leave the group at once (no session
@@ -394,6 +411,9 @@ func (a *cli) runGroup(ctx context.Context) error {
 	a.log.Info("stopping: stopping the tasks and leaving the group", "tasks", strings.Join(names, ","))
 	s.stop(names)
 	cl.Close()
+	if fatal != nil {
+		return fatal
+	}
 	a.log.Info("stopped: left the group")
 	return nil
 }

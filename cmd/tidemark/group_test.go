@@ -1,9 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // TestStopWaitsForAStoppingTask: the group's revoke callback runs on the
@@ -33,5 +39,37 @@ func TestStopWaitsForAStoppingTask(t *testing.T) {
 	defer s.mu.Unlock()
 	if len(s.running) != 0 {
 		t.Errorf("stopped tasks still listed: %v", s.running)
+	}
+}
+
+// TestGroupACLMissing: a member the broker refuses to let join the group
+// (no READ on it) stops with exit 2 naming the grant, instead of retrying
+// the join forever with only "membership lost" in its log.
+func TestGroupACLMissing(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.ControlKey(int16(kmsg.JoinGroup), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		resp := r.(*kmsg.JoinGroupRequest).ResponseKind().(*kmsg.JoinGroupResponse)
+		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
+		return resp, nil, true
+	})
+	path := writeConfig(t, `name: shop
+source:
+  dsn: "postgres://u@127.0.0.1:1/db?sslmode=disable"
+kafka:
+  brokers: [`+strings.Join(c.ListenAddrs(), ",")+`]
+tables:
+  - orders
+`)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var out, errb bytes.Buffer
+	code := run(ctx, []string{"run", "--config", path}, &out, &errb)
+	if code != exitConfig || !strings.Contains(errb.String(), "grant READ") || ctx.Err() != nil {
+		t.Fatalf("missing group ACL: exit %d (context %v), want 2 naming the grant; stderr:\n%s", code, ctx.Err(), errb.String())
 	}
 }
