@@ -73,3 +73,20 @@ tables:
 		t.Fatalf("missing group ACL: exit %d (context %v), want 2 naming the grant; stderr:\n%s", code, ctx.Err(), errb.String())
 	}
 }
+
+// TestSignalWhileWaitingAtStartUp: `run` started while Kafka does not
+// answer waits for it; a signal then is a clean shutdown (exit 0), with a
+// single table and in task mode.
+func TestSignalWhileWaitingAtStartUp(t *testing.T) {
+	for _, tables := range []string{"source:\n  dsn: \"postgres://u@127.0.0.1:1/db?sslmode=disable\"\n  table: orders\n",
+		"source:\n  dsn: \"postgres://u@127.0.0.1:1/db?sslmode=disable\"\ntables:\n  - orders\n"} {
+		path := writeConfig(t, "name: shop\nkafka:\n  brokers: [\"127.0.0.1:1\"]\n"+tables)
+		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+		var out, errb bytes.Buffer
+		code := run(ctx, []string{"run", "--config", path}, &out, &errb)
+		cancel()
+		if code != exitOK || !strings.Contains(errb.String(), "stopped by a signal") {
+			t.Errorf("%s: exit %d, want 0; stderr:\n%s", tables, code, errb.String())
+		}
+	}
+}

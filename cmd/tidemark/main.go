@@ -113,6 +113,15 @@ func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, env fu
 		return exitConfig
 	}
 	err := cmd.run(ctx, a)
+	var sas *stoppedAtStartup
+	if cmd.name == "run" && errors.As(err, &sas) {
+		// A signal while waiting for the servers: a clean shutdown.
+		if a.log != nil {
+			a.log.Info(err.Error())
+		}
+		fmt.Fprintf(stderr, "tidemark %s: %s\n", cmd.name, err.Error())
+		return exitOK
+	}
 	// Kafka refusing the login or an operation is a configuration error
 	// (exit 2) for every command, not only those that connect first.
 	err = a.explainKafkaAccess(err) // security.go

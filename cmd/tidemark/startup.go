@@ -40,7 +40,10 @@ func (a *cli) startup(ctx context.Context, what, reason string, fn func() error)
 			}
 			return nil
 		}
-		if permanentStartup(err) || ctx.Err() != nil {
+		if ctx.Err() != nil {
+			return &stoppedAtStartup{what}
+		}
+		if permanentStartup(err) {
 			return err
 		}
 		if a.obs != nil {
@@ -59,10 +62,18 @@ func (a *cli) startup(ctx context.Context, what, reason string, fn func() error)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return ctx.Err()
+			return &stoppedAtStartup{what}
 		case <-t.C:
 		}
 	}
+}
+
+// stoppedAtStartup is a signal that ended startup's wait. For `run` it is
+// a clean shutdown (exit 0): nothing was written.
+type stoppedAtStartup struct{ what string }
+
+func (e *stoppedAtStartup) Error() string {
+	return "stopped by a signal while waiting for " + e.what + " at start-up; nothing was written"
 }
 
 // permanentStartup reports whether a start-up failure cannot be fixed by
