@@ -40,7 +40,11 @@ type taskEnv struct {
 
 	mu    sync.Mutex
 	pools map[string]*pgxpool.Pool
-	need  map[string]int
+	need  map[string]int // fixed once built
+	// connecting serialises the first connect of each DSN, so that a
+	// database that does not answer holds up only its own tasks.
+	connecting map[string]*sync.Mutex
+	closed     bool
 }
 
 func poolKey(pc postgres.Config) string { return pc.DSN + "\x00" + pc.Password }
@@ -67,15 +71,40 @@ func (a *cli) newTaskEnv() (*taskEnv, error) {
 
 // pool returns the pool shared by the tasks that use pc's DSN.
 func (e *taskEnv) pool(ctx context.Context, pc postgres.Config) (*pgxpool.Pool, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	k := poolKey(pc)
+	e.mu.Lock()
 	if p := e.pools[k]; p != nil {
+		e.mu.Unlock()
 		return p, nil
 	}
-	p, err := postgres.Connect(ctx, pc, e.need[k])
+	if e.connecting == nil {
+		e.connecting = map[string]*sync.Mutex{}
+	}
+	l := e.connecting[k]
+	if l == nil {
+		l = &sync.Mutex{}
+		e.connecting[k] = l
+	}
+	need := e.need[k]
+	e.mu.Unlock()
+
+	l.Lock()
+	defer l.Unlock()
+	e.mu.Lock()
+	p := e.pools[k]
+	e.mu.Unlock()
+	if p != nil {
+		return p, nil
+	}
+	p, err := postgres.Connect(ctx, pc, need)
 	if err != nil {
 		return nil, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		p.Close()
+		return nil, errors.New("shutting down")
 	}
 	e.pools[k] = p
 	return p, nil
@@ -84,6 +113,7 @@ func (e *taskEnv) pool(ctx context.Context, pc postgres.Config) (*pgxpool.Pool, 
 func (e *taskEnv) close() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.closed = true
 	for k, p := range e.pools {
 		p.Close()
 		delete(e.pools, k)

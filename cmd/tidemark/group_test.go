@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tidemark/tidemark/connector/postgres"
+	"github.com/tidemark/tidemark/test/harness"
 )
 
 // TestStopWaitsForAStoppingTask: the group's revoke callback runs on the
@@ -88,5 +94,41 @@ func TestSignalWhileWaitingAtStartUp(t *testing.T) {
 		if code != exitOK || !strings.Contains(errb.String(), "stopped by a signal") {
 			t.Errorf("%s: exit %d, want 0; stderr:\n%s", tables, code, errb.String())
 		}
+	}
+}
+
+// TestPoolsConnectIndependently: the tasks of a member share one pool per
+// DSN; a database that does not answer (a connect that hangs) must not
+// hold up the tasks of the others.
+func TestPoolsConnectIndependently(t *testing.T) {
+	db := harness.NewDB(t)
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	go func() { // accepts, never answers
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	env := &taskEnv{pools: map[string]*pgxpool.Pool{}, need: map[string]int{}}
+	defer env.close()
+	hung, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	go func() {
+		_, _ = env.pool(hung, postgres.Config{DSN: "postgres://u@" + silent.Addr().String() + "/db?sslmode=disable"})
+	}()
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	if _, err := env.pool(context.Background(), postgres.Config{DSN: db.URL}); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("a pool for a healthy database took %s behind a hanging connect", d.Round(time.Millisecond))
 	}
 }
