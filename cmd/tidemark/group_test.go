@@ -132,3 +132,17 @@ func TestPoolsConnectIndependently(t *testing.T) {
 		t.Errorf("a pool for a healthy database took %s behind a hanging connect", d.Round(time.Millisecond))
 	}
 }
+
+// TestSignalStopsAOneShotCommandTruthfully: a one-shot command that a
+// signal stops while it waits at start-up exits 1 (it did not do its
+// job), saying so, not "runtime failure after retries".
+func TestSignalStopsAOneShotCommandTruthfully(t *testing.T) {
+	path := writeConfig(t, "name: shop\nkafka:\n  brokers: [\"127.0.0.1:1\"]\nsource:\n  dsn: \"postgres://u@127.0.0.1:1/db?sslmode=disable\"\n  table: orders\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	var out, errb bytes.Buffer
+	code := run(ctx, []string{"status", "--config", path}, &out, &errb)
+	if code != exitFailure || !strings.Contains(errb.String(), "stopped by a signal") || strings.Contains(errb.String(), "after retries") {
+		t.Errorf("exit %d; stderr:\n%s\nstdout:\n%s", code, errb.String(), out.String())
+	}
+}

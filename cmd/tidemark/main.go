@@ -160,6 +160,11 @@ func exitCode(err error) int {
 // for a server that check did not wait for (commands.go).
 func hintFor(err error, code int) string {
 	var nw *notWaited
+	var sas *stoppedAtStartup
+	if code == exitFailure && (errors.As(err, &sas) || errors.Is(err, context.Canceled)) {
+		// Only a signal cancels the commands' context.
+		return "stopped by a signal before it finished; what it committed stays committed, run it again to finish"
+	}
 	if code == exitFailure && errors.As(err, &nw) {
 		return "check does not wait or retry: it could not reach " + nw.what + "; run it again once that answers (run and the other commands wait for it at start-up)"
 	}
