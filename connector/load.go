@@ -135,10 +135,12 @@ func (e *Engine) workers() int { return max(e.cfg.LoadWorkers, 1) }
 // loadPageSize is the page size of the load in key order: five pages.
 // Its pages cost a query each and hold no ties to resolve, no fresh rows
 // to wait for; at 1,000 rows the sessions spend much of their time between
-// queries. Never more than a transaction may hold, never less than a page
-// (docs/design.md, "The initial load in key order").
+// queries. The workers' pages together (two each at most: one read, one
+// waiting) hold no more than two transactions, whatever the workers; and
+// a page is never less than a page (docs/design.md, "The initial load in
+// key order").
 func (e *Engine) loadPageSize() int {
-	return max(min(5*e.cfg.PageSize, e.cfg.TxnMaxRecords), e.cfg.PageSize)
+	return max(min(5*e.cfg.PageSize, e.cfg.TxnMaxRecords/e.workers()), e.cfg.PageSize)
 }
 
 func (e *Engine) rangesLeft() int {

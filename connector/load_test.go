@@ -187,7 +187,7 @@ func TestKeyLoadUnderMutationsIsExactlyOnce(t *testing.T) {
 func TestKeyLoadResumesEveryRange(t *testing.T) {
 	r := newRig(t)
 	m := newMemKeyTable()
-	seedRandom(m, rand.New(rand.NewPCG(3, 4)), 6000) // pages of 40 rows (TestKeyLoadPageSize)
+	seedRandom(m, rand.New(rand.NewPCG(3, 4)), 6000) // pages of 13 rows: 40 / 3 workers (TestKeyLoadPageSize)
 	cfg := connector.Config{PageSize: 10, TxnMaxRecords: 40, Margin: time.Second, LoadWorkers: 3}
 
 	// A failed page: the engine resumes from the last commit by itself.
@@ -244,12 +244,12 @@ func TestKeyLoadResumesEveryRange(t *testing.T) {
 
 // TestKeyLoadPageSize: the load in key order reads pages of five times
 // sync.page_size (its page cost is per query, with no ties to resolve and
-// no fresh rows to wait for), never more rows than a transaction may hold,
-// and never fewer than a page.
+// no fresh rows to wait for), the workers' pages together no more rows
+// than a transaction may hold, and never fewer than a page.
 func TestKeyLoadPageSize(t *testing.T) {
 	for _, c := range []struct{ page, txn, want int }{
 		{10, 1000, 50},
-		{10, 30, 30},
+		{10, 40, 20}, // 2 workers
 		{100, 50, 100},
 	} {
 		r := newRig(t)
