@@ -238,8 +238,9 @@ type Engine struct {
 	startCounters schemas.Counters
 	committed     schemas.Checkpoint // last committed
 	// committedBy is the run that committed the checkpoint last loaded
-	// (load sets the working copy's RunID to this run's).
-	committedBy string
+	// (load sets the working copy's RunID to this run's); loadedRun the
+	// one that committed the checkpoint this run started from.
+	committedBy, loadedRun string
 	// prevRun is the latest run in the ledger when this run started (the
 	// one it follows), and started says its own run-start is committed:
 	// any other run that appears later has taken over.
@@ -621,7 +622,11 @@ func (e *Engine) checkSuperseded(ctx context.Context) error {
 	// that was newest when this one started is older: a ledger that shows
 	// it last does not show this run's own entry (a view cut short, or a
 	// broker that lost it) and proves nothing.
-	if last == "" || last == e.runID || last == e.prevRun {
+	// Nor is the run whose checkpoint this one loaded at start: it
+	// committed before this run began (the ledger view at start may not
+	// have shown its start, and this run's own start entry may not be
+	// committed yet).
+	if last == "" || last == e.runID || last == e.prevRun || last == e.loadedRun {
 		return nil
 	}
 	return fmt.Errorf("%w: run %s of connector %q started after this one (run %s); this one stops and writes nothing more",
@@ -670,6 +675,9 @@ func (e *Engine) load(ctx context.Context, first bool) error {
 	cp.Fingerprint = e.cfg.Fingerprint
 	cp.FingerprintFields = e.cfg.FingerprintFields
 	e.committedBy = cp.RunID
+	if first {
+		e.loadedRun = cp.RunID
+	}
 	cp.RunID = e.runID
 	if err := e.loadBoundary(ctx, cp); err != nil {
 		return err

@@ -294,3 +294,56 @@ type downStore struct{ otherRunStore }
 func (*downStore) Load(context.Context) (*schemas.Checkpoint, error) {
 	return nil, errors.New("connection refused")
 }
+
+// TestStartUpNotFencedByTheRunBefore: a ledger view cut short at start-up
+// (another writer's open transaction on the ledger topic) may not show the
+// run before this one; when this run's own start then fails and the ledger,
+// read again, shows that run, it is the run whose checkpoint this one
+// loaded, so it started earlier: not a newer instance, no fence.
+func TestStartUpNotFencedByTheRunBefore(t *testing.T) {
+	m := newMemTable()
+	m.set("a", t0, "x", false)
+	st := &cutShortLedger{}
+	e, err := connector.New(connector.Config{Name: "c1", Fingerprint: "fp1"}, m, &failFirstCommit{}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err = e.Run(context.Background(), connector.Once); err != nil {
+		t.Errorf("a start-up that failed once, after a ledger view cut short: %v", err)
+	}
+}
+
+// failFirstCommit is a publisher whose first commit fails.
+type failFirstCommit struct{ failSecondCommit }
+
+func (p *failFirstCommit) Commit(ctx context.Context, c *connector.Commit) error {
+	p.commits++
+	if c.Checkpoint != nil {
+		if _, err := c.Checkpoint(make([]int64, len(c.State))); err != nil {
+			return err
+		}
+	}
+	if p.commits == 1 {
+		return errors.New("connection reset (injected)")
+	}
+	return nil
+}
+
+// cutShortLedger holds a checkpoint committed by run "before"; its first
+// ledger read does not show that run's start, later reads do.
+type cutShortLedger struct{ reads int }
+
+func (s *cutShortLedger) Load(context.Context) (*schemas.Checkpoint, error) {
+	return &schemas.Checkpoint{Version: schemas.CheckpointVersion, Connector: "c1", Fingerprint: "fp1", Phase: schemas.PhaseIdle,
+		Seq: 3, RunID: "before", Watermark: schemas.FormatTime(t0)}, nil
+}
+func (s *cutShortLedger) State(context.Context, []connector.StateRef) ([][]byte, error) {
+	return nil, nil
+}
+func (s *cutShortLedger) LastRun(context.Context) (string, error) {
+	s.reads++
+	if s.reads == 1 {
+		return "", nil
+	}
+	return "before", nil
+}
