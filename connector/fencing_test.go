@@ -224,7 +224,7 @@ func TestSlowPageIsNotFencing(t *testing.T) {
 func TestCheckpointOfAnotherRunIsFenced(t *testing.T) {
 	m := newMemTable()
 	m.set("a", t0, "x", false)
-	e, err := connector.New(connector.Config{Name: "c1", Fingerprint: "fp1"}, m, &failSecondCommit{}, &otherRunStore{})
+	e, err := connector.New(connector.Config{Name: "c1", Fingerprint: "fp1"}, m, &failCommit{at: 2}, &otherRunStore{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,26 +233,26 @@ func TestCheckpointOfAnotherRunIsFenced(t *testing.T) {
 	}
 }
 
-// failSecondCommit is a publisher whose second commit has an unknown
-// outcome.
-type failSecondCommit struct{ commits int }
+// failCommit is a publisher whose commit number at fails (an unknown
+// outcome, or a connection reset before anything was committed).
+type failCommit struct{ commits, at int }
 
-func (p *failSecondCommit) Begin(context.Context) error                   { return nil }
-func (p *failSecondCommit) Publish(context.Context, *connector.Row) error { return nil }
-func (p *failSecondCommit) Commit(ctx context.Context, c *connector.Commit) error {
+func (p *failCommit) Begin(context.Context) error                   { return nil }
+func (p *failCommit) Publish(context.Context, *connector.Row) error { return nil }
+func (p *failCommit) Commit(ctx context.Context, c *connector.Commit) error {
 	p.commits++
 	if c.Checkpoint != nil {
 		if _, err := c.Checkpoint(make([]int64, len(c.State))); err != nil {
 			return err
 		}
 	}
-	if p.commits == 2 {
-		return errors.New("unknown outcome")
+	if p.commits == p.at {
+		return errors.New("unknown outcome (injected)")
 	}
 	return nil
 }
-func (p *failSecondCommit) Abort(context.Context) error   { return nil }
-func (p *failSecondCommit) Recover(context.Context) error { return nil }
+func (p *failCommit) Abort(context.Context) error   { return nil }
+func (p *failCommit) Recover(context.Context) error { return nil }
 
 // otherRunStore has no checkpoint at first; reloaded, it holds one that
 // another run committed meanwhile, and the ledger gives no verdict.
@@ -276,7 +276,7 @@ func (s *otherRunStore) LastRun(context.Context) (string, error) { return "", ni
 // (exit 0), not a runtime failure.
 func TestSignalDuringStartUpIsACleanStop(t *testing.T) {
 	m := newMemTable()
-	e, err := connector.New(connector.Config{Name: "c1", Fingerprint: "fp1"}, m, &failSecondCommit{}, &downStore{})
+	e, err := connector.New(connector.Config{Name: "c1", Fingerprint: "fp1"}, m, &failCommit{at: 2}, &downStore{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,29 +304,13 @@ func TestStartUpNotFencedByTheRunBefore(t *testing.T) {
 	m := newMemTable()
 	m.set("a", t0, "x", false)
 	st := &cutShortLedger{}
-	e, err := connector.New(connector.Config{Name: "c1", Fingerprint: "fp1"}, m, &failFirstCommit{}, st)
+	e, err := connector.New(connector.Config{Name: "c1", Fingerprint: "fp1"}, m, &failCommit{at: 1}, st)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err = e.Run(context.Background(), connector.Once); err != nil {
 		t.Errorf("a start-up that failed once, after a ledger view cut short: %v", err)
 	}
-}
-
-// failFirstCommit is a publisher whose first commit fails.
-type failFirstCommit struct{ failSecondCommit }
-
-func (p *failFirstCommit) Commit(ctx context.Context, c *connector.Commit) error {
-	p.commits++
-	if c.Checkpoint != nil {
-		if _, err := c.Checkpoint(make([]int64, len(c.State))); err != nil {
-			return err
-		}
-	}
-	if p.commits == 1 {
-		return errors.New("connection reset (injected)")
-	}
-	return nil
 }
 
 // cutShortLedger holds a checkpoint committed by run "before"; its first
