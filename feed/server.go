@@ -121,6 +121,36 @@ func (s *Server) SetFaults(f Faults) {
 	s.faults.Store(&f)
 }
 
+// page reads one page. Like a pass of the connector, a walk's first page
+// (no cursor) reads the table's shape again first (one catalog row), so a
+// column added or retyped is served from then on; a page that fails does
+// too, and is read once more: a column retyped during a walk fails its
+// pages until the shape is read again.
+func (s *Server) page(ctx context.Context, req connector.PageRequest) (connector.Page, error) {
+	rs, ok := s.cfg.Table.(connector.Reshaper)
+	reshape := func() error {
+		ch, err := rs.Reshape(ctx)
+		if ch != nil {
+			s.cfg.Logger.Warn("feed: the table's columns changed: items from now on carry the new shape",
+				"added", ch.Added, "dropped", ch.Dropped, "retyped", ch.Retyped, "table_replaced", ch.Replaced, "old", ch.Old, "new", ch.New)
+		}
+		return err
+	}
+	if ok && req.Cursor == "" {
+		if err := reshape(); err != nil {
+			return connector.Page{}, err
+		}
+	}
+	page, err := s.cfg.Table.Page(ctx, req)
+	if err != nil && ok && ctx.Err() == nil {
+		if rerr := reshape(); rerr != nil {
+			return connector.Page{}, rerr
+		}
+		page, err = s.cfg.Table.Page(ctx, req)
+	}
+	return page, err
+}
+
 // Requests returns how many requests the server has received.
 func (s *Server) Requests() int64 { return s.n.Load() }
 
@@ -237,31 +267,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		req.Cursor = s.cfg.Table.CursorAfter(c.UpdatedAt, c.ID)
 	}
 
-	if rs, ok := s.cfg.Table.(connector.Reshaper); ok {
-		// The table's shape, read again as a pass of the connector does
-		// (one catalog row): a column added or retyped is served from
-		// this request on, not from the next restart.
-		ch, err := rs.Reshape(r.Context())
-		if err != nil {
-			if r.Context().Err() != nil {
-				return
-			}
-			s.cfg.Logger.Error("feed: the table changed and cannot be served", "err", err)
-			writeError(w, http.StatusServiceUnavailable, CodeInternal, "the table changed and no longer meets the requirements; the server log says what to do", "")
-			return
-		}
-		if ch != nil {
-			s.cfg.Logger.Warn("feed: the table's columns changed: items from now on carry the new shape",
-				"added", ch.Added, "dropped", ch.Dropped, "retyped", ch.Retyped, "table_replaced", ch.Replaced, "old", ch.Old, "new", ch.New)
-		}
-	}
-	page, err := s.cfg.Table.Page(r.Context(), req)
+	page, err := s.page(r.Context(), req)
 	if err != nil {
 		if r.Context().Err() != nil {
 			return
 		}
 		s.cfg.Logger.Error("feed: read page", "err", err)
-		writeError(w, http.StatusInternalServerError, CodeInternal, "reading the table failed; retry later", "")
+		status, msg := http.StatusInternalServerError, "reading the table failed; retry later"
+		var stop *connector.StopError
+		if errors.As(err, &stop) {
+			status, msg = http.StatusServiceUnavailable, "the table changed and no longer meets the requirements; the server log says what to do"
+		}
+		writeError(w, status, CodeInternal, msg, "")
 		return
 	}
 	rows := page.Rows

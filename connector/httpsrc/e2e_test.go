@@ -10,6 +10,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -434,5 +435,27 @@ func TestFeedFollowsSchemaChanges(t *testing.T) {
 		if st != 200 || len(r.Items) != 3 || !strings.Contains(string(r.Items[0].Data), c.want) || c.not != "" && strings.Contains(string(r.Items[0].Data), c.not) {
 			t.Errorf("after %s: %d %+v", c.ddl, st, r)
 		}
+	}
+	// A column retyped in the middle of a walk: the next page, read with
+	// the walk's cursor, is served by the new type.
+	resp, err := http.Get(u.http.URL + "/?limit=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first feed.Response
+	err = json.NewDecoder(resp.Body).Decode(&first)
+	resp.Body.Close()
+	if err != nil || first.NextCursor == nil {
+		t.Fatalf("first page: %v %+v", err, first)
+	}
+	u.exec("ALTER TABLE items ALTER COLUMN price TYPE text USING 'p' || price")
+	resp, err = http.Get(u.http.URL + "/?limit=1&cursor=" + url.QueryEscape(*first.NextCursor))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var next feed.Response
+	if resp.StatusCode != 200 || json.NewDecoder(resp.Body).Decode(&next) != nil || len(next.Items) != 1 || !strings.Contains(string(next.Items[0].Data), `"price":"p2.50"`) {
+		t.Errorf("the page after a retype mid-walk: %d %+v", resp.StatusCode, next)
 	}
 }
