@@ -222,10 +222,6 @@ type Engine struct {
 	// passes").
 	woke   bool
 	fullAt time.Time
-	// headRows counts the rows head passes read since the last full pass,
-	// which the next full pass reads again; fullRows the rows the last full
-	// pass read.
-	headRows, fullRows int
 	// headEnded is set by the end of a head pass for the commit that
 	// follows (CommitInfo.HeadPass).
 	headEnded bool
@@ -749,19 +745,17 @@ func (e *Engine) idle(ctx context.Context) bool {
 
 // headNext reports whether the pass about to start from idle is a head
 // pass (docs/design.md, "Head passes"): a wake-up started it, there is a
-// watermark to start from, a full pass began in this process less than a
-// poll interval ago, the head passes since have read less than a page
-// (the next full pass reads those rows again), and that full pass read no
-// more than a page. A full pass that read more is chasing writes that
-// arrive faster than passes end; then every pass is full, so each reads
-// again only what the one before it read. Every other pass is full, so
-// the poll timer, a retry and the first pass of a run all start full
-// passes.
+// watermark to start from, and a full pass began in this process less than
+// a poll interval ago. Every other pass is full, so the poll timer, a retry
+// and the first pass of a run all start full passes.
+//
+// However many rows head passes read, they go on until then: the full
+// pass after them reads the margin's index range once, where full passes
+// in their place would each read it.
 func (e *Engine) headNext() bool {
 	woke := e.woke
 	e.woke = false
-	return woke && e.cp.Watermark != "" && !e.fullAt.IsZero() &&
-		time.Since(e.fullAt) < e.cfg.PollInterval && e.headRows < e.cfg.PageSize && e.fullRows <= e.cfg.PageSize
+	return woke && e.cp.Watermark != "" && !e.fullAt.IsZero() && time.Since(e.fullAt) < e.cfg.PollInterval
 }
 
 // fullWatermark is the watermark the next full pass reads from, less the

@@ -155,7 +155,7 @@ func (e *Engine) pass(ctx context.Context) error {
 		}
 	}
 	if e.cp.Phase == schemas.PhasePass && !e.cp.PassHead {
-		e.fullAt, e.headRows, e.fullRows = time.Now(), 0, 0
+		e.fullAt = time.Now()
 	}
 	e.log.Debug("pass", "phase", e.cp.Phase, "head", e.cp.PassHead, "since", orInf(e.cp.PassLow), "cursor", e.cp.Cursor)
 	pages := 0
@@ -212,11 +212,6 @@ func (e *Engine) pass(ctx context.Context) error {
 		e.cfg.Observer.ObservePage(time.Since(fetchStart), len(page.Rows))
 		failpoint.Hit(failpoint.AfterFetch)
 		pages++
-		if e.cp.PassHead {
-			e.headRows += len(page.Rows)
-		} else {
-			e.fullRows += len(page.Rows)
-		}
 		reread, deduped := e.cp.Counters.Reread, e.cp.Counters.Deduped
 		if err := e.apply(ctx, page.Rows); err != nil {
 			e.abort(ctx)

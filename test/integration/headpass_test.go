@@ -213,3 +213,44 @@ func TestNotifyLateCommitAcrossARestart(t *testing.T) {
 	r.AssertTable()
 	rig.AssertNoDupes(t, r.Fold())
 }
+
+// TestNotifyHeadPassesGoOn: head passes go on until a poll interval has
+// passed since the last full pass, however many rows they read: one row
+// per notification, thirty of them, with a page of ten. (A full pass in
+// their place reads the margin's index range each time; the next full
+// pass reads again what the head passes read, once.)
+func TestNotifyHeadPassesGoOn(t *testing.T) {
+	w := newNotifyWorldWith(t, connector.Config{PollInterval: 3 * time.Second, Margin: time.Minute, PageSize: 10})
+	w.src.settled(t, 300*time.Millisecond)
+	first := w.src.count()
+	for id := 1; id <= 30; id++ {
+		w.insert(id)
+		time.Sleep(40 * time.Millisecond)
+	}
+	w.waitPublished(t, 10*time.Second)
+	wm, err := schemas.ParseTime(w.r.Checkpoint().Watermark)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A full pass reads from the last full pass's W - margin, a minute
+	// below; wait for the one the poll timer starts.
+	full := func(req connector.PageRequest) bool { return req.Since.Before(wm.Add(-30 * time.Second)) }
+	waitFor(t, 10*time.Second, "a full pass after the head passes", func() bool {
+		return w.src.count() > first && full(w.src.lastFirst())
+	})
+	w.src.settled(t, 300*time.Millisecond)
+	w.src.mu.Lock()
+	fulls, passes := 0, len(w.src.firsts)-first
+	for _, req := range w.src.firsts[first:] {
+		if full(req) {
+			fulls++
+		}
+	}
+	w.src.mu.Unlock()
+	// The poll timer's, and one more if it struck during the writes.
+	if fulls > 2 {
+		t.Errorf("%d of %d passes were full: head passes stopped after a page of rows", fulls, passes)
+	}
+	w.waitPublished(t, 10*time.Second)
+	rig.AssertNoDupes(t, w.r.Fold())
+}
