@@ -222,6 +222,9 @@ type Engine struct {
 	// passes").
 	woke   bool
 	fullAt time.Time
+	// steps are the head passes finished and committed since the last
+	// full pass, for the next one (PageRequest.Steps).
+	steps []Step
 	// headEnded is set by the end of a head pass for the commit that
 	// follows (CommitInfo.HeadPass).
 	headEnded bool
@@ -587,6 +590,7 @@ func (e *Engine) markNeedsDecision(ctx context.Context, stop *StopError) {
 // (docs/design.md, "One writer").
 func (e *Engine) recover(ctx context.Context) error {
 	e.resetTx()
+	e.steps = nil
 	if err := e.checkSuperseded(ctx); err != nil {
 		return err
 	}

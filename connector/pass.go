@@ -3,6 +3,7 @@ package connector
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/tidemark/tidemark/failpoint"
@@ -144,7 +145,15 @@ func (e *Engine) pass(ctx context.Context) error {
 	// are settled by its own mark. A head pass skips what the pass before
 	// it proves seen (it reads only from W), and its rows are settled only
 	// by the mark the next full pass will skip by; without one, by none.
+	//
+	// A full pass after head passes also skips, from each one's lower
+	// bound on, what that head pass's mark proves seen (PageRequest.Steps):
+	// it reads again only late commits and what the last head pass read.
+	// The steps live in memory: after a restart or a failure the first
+	// full pass reads the head passes' rows again, which costs only the
+	// re-read.
 	skip, mark, settle := e.fullMark(), e.cp.PassMark, ""
+	var steps []Step
 	switch {
 	case e.cp.Phase == schemas.PhaseSnapshot:
 		skip = "" // a load reads everything
@@ -153,6 +162,8 @@ func (e *Engine) pass(ctx context.Context) error {
 		if settle == "" {
 			skip, mark = "", ""
 		}
+	case e.cp.HeadsSinceFull:
+		steps = e.steps
 	}
 	if e.cp.Phase == schemas.PhasePass && !e.cp.PassHead {
 		e.fullAt = time.Now()
@@ -169,7 +180,7 @@ func (e *Engine) pass(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return e.finish(ctx)
 		}
-		req := PageRequest{Since: since, Cursor: e.cp.Cursor, Limit: e.cfg.PageSize, Skip: skip, Mark: mark, Settle: settle}
+		req := PageRequest{Since: since, Cursor: e.cp.Cursor, Limit: e.cfg.PageSize, Skip: skip, Mark: mark, Settle: settle, Steps: steps}
 		fetchStart := time.Now()
 		var (
 			page Page
@@ -244,7 +255,7 @@ func (e *Engine) pass(ctx context.Context) error {
 		if e.txFull() {
 			// No transaction is open once the commit returns, so the
 			// page fetched meanwhile needs no transaction deadline.
-			ahead = fetchNext(ctx, src, PageRequest{Since: since, Cursor: e.cp.Cursor, Limit: e.cfg.PageSize, Skip: skip, Mark: mark, Settle: settle})
+			ahead = fetchNext(ctx, src, PageRequest{Since: since, Cursor: e.cp.Cursor, Limit: e.cfg.PageSize, Skip: skip, Mark: mark, Settle: settle, Steps: steps})
 			if err := e.commit(ctx); err != nil {
 				return err
 			}
@@ -451,7 +462,20 @@ func (e *Engine) endPass(ctx context.Context) error {
 			e.cp.Watermark = schemas.FormatTime(cand)
 		}
 	}
-	wasPass := e.cp.Phase
+	wasPass, low := e.cp.Phase, e.cp.PassLow
+	// A finished head pass is a step of the next full pass, once its
+	// transaction is committed; a full pass ends the steps.
+	var step *Step
+	if e.cp.PassHead && e.cp.PassMark != "" && low != "" {
+		t, err := schemas.ParseTime(low)
+		if err != nil {
+			return e.corrupt("pass_low", err)
+		}
+		step = &Step{Mark: e.cp.PassMark, Since: t}
+	}
+	if !e.cp.PassHead {
+		e.steps = nil
+	}
 	// A moving load in key order leaves the topic as of no moment: --once
 	// goes on to the pass that catches up. A consistent load leaves it
 	// equal to the table as of its snapshot, where --once stops.
@@ -479,9 +503,28 @@ func (e *Engine) endPass(ctx context.Context) error {
 		e.cp.HeadsSinceFull == e.committed.HeadsSinceFull && e.cp.FullMark == e.committed.FullMark && e.cp.FullWatermark == e.committed.FullWatermark &&
 		e.committed.Phase == schemas.PhaseIdle && wasPass != schemas.PhaseSnapshot && wasPass != schemas.PhaseLoad && (e.cp.Sweep == nil) == (e.committed.Sweep == nil) {
 		e.resetTx()
+		e.addStep(step)
 		return nil
 	}
-	return e.commit(ctx)
+	if err := e.commit(ctx); err != nil {
+		return err
+	}
+	e.addStep(step)
+	return nil
+}
+
+// maxSteps bounds the head passes a full pass skips by (see pass): past
+// it the oldest is dropped, and the full pass reads its rows again.
+const maxSteps = 128
+
+func (e *Engine) addStep(st *Step) {
+	if st == nil {
+		return
+	}
+	if len(e.steps) >= maxSteps {
+		e.steps = slices.Delete(e.steps, 0, len(e.steps)-maxSteps+1)
+	}
+	e.steps = append(e.steps, *st)
 }
 
 // commit ends the open transaction with the checkpoint. Only after a

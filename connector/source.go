@@ -51,6 +51,18 @@ type PageRequest struct {
 	// full pass's mark, is sure to leave out (docs/design.md, "Head
 	// passes").
 	Settle string
+	// Steps are the head passes since the last full pass, for a full pass
+	// (docs/design.md, "Head passes"), in the order they ran: the source
+	// may also leave out a row version dated at or after a step's Since
+	// that it can prove the step's pass returned (or would have).
+	Steps []Step
+}
+
+// Step is a finished head pass: its token (see Marker) and the lower bound
+// it read from.
+type Step struct {
+	Mark  string
+	Since time.Time
 }
 
 // Page is one page of a pass.

@@ -108,7 +108,7 @@ func deref(s *string) string {
 // explainParams are realistic parameters for the steady-state next-page
 // query: a cursor just behind the present, a typical page size.
 func explainParams(t *table) []any {
-	return []any{time.Now().Add(-10 * time.Second), t.idKind.zero(), 1000, nil}
+	return []any{time.Now().Add(-10 * time.Second), t.idKind.zero(), 1000, nil, nil, nil}
 }
 
 // checkIndex decides whether an index serves ORDER BY updated_at, id for

@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tidemark/tidemark/connector"
 )
@@ -242,6 +244,53 @@ func TestMarksSettle(t *testing.T) {
 	for _, bad := range []string{"nonsense", "x2:100", "x2:100@", "x1:100@16384", "x2:-1@1"} {
 		if _, _, err := s.marks(sh, connector.PageRequest{Mark: mk(1), Settle: bad}); err == nil {
 			t.Errorf("settle mark %q accepted", bad)
+		}
+	}
+}
+
+// TestMarksSteps: a step is used on the terms of a skip mark: of the same
+// relation, not above the pass's own mark, younger than maxMarkAge; one
+// that is not is left out, and its rows go to the step before it.
+func TestMarksSteps(t *testing.T) {
+	s := &Source{cfg: Config{Logger: slog.New(slog.DiscardHandler)}}
+	sh := &shape{q: queries{marks: true}, tbl: &table{ident: `"public"."t"`}}
+	mk := func(x int64) string { return formatMark(x, "16384") }
+	at := func(s int) time.Time { return time.Date(2024, 5, 1, 12, 0, s, 0, time.UTC) }
+	step := func(x int64, s int) connector.Step { return connector.Step{Mark: mk(x), Since: at(s)} }
+	for _, c := range []struct {
+		name      string
+		mark      string
+		steps     []connector.Step
+		wantLows  []time.Time
+		wantMarks []int64
+	}{
+		{"two steps", mk(200), []connector.Step{step(150, 1), step(180, 2)}, []time.Time{at(1), at(2)}, []int64{150, 180}},
+		{"wraps modulo 2^32", mk(1<<32 + 9), []connector.Step{step(1<<32+7, 1)}, []time.Time{at(1)}, []int64{7}},
+		{"no steps", mk(200), nil, nil, nil},
+		{"no mark of the pass", "", []connector.Step{step(150, 1)}, nil, nil},
+		{"no bound", mk(200), []connector.Step{{Mark: mk(150)}}, nil, nil},
+		{"of another relation", mk(200), []connector.Step{{Mark: formatMark(150, "16999"), Since: at(1)}, step(180, 2)}, []time.Time{at(2)}, []int64{180}},
+		{"above the pass's mark", mk(200), []connector.Step{step(150, 1), step(300, 2)}, []time.Time{at(1)}, []int64{150}},
+		{"2^30 ids old", mk(1000 + 1<<30), []connector.Step{step(1000, 1), step(2000, 2)}, []time.Time{at(2)}, []int64{2000}},
+	} {
+		lows, marks, err := s.steps(sh, connector.PageRequest{Mark: c.mark, Steps: c.steps})
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if c.wantLows == nil {
+			if lows != nil || marks != nil {
+				t.Errorf("%s: %v %v, want no steps", c.name, lows, marks)
+			}
+			continue
+		}
+		if !slices.Equal(lows.([]time.Time), c.wantLows) || !slices.Equal(marks.([]int64), c.wantMarks) {
+			t.Errorf("%s: %v %v, want %v %v", c.name, lows, marks, c.wantLows, c.wantMarks)
+		}
+	}
+	for _, bad := range [][]connector.Step{{{Mark: "nonsense", Since: at(1)}}, {step(150, 2), step(160, 1)}} {
+		if _, _, err := s.steps(sh, connector.PageRequest{Mark: mk(200), Steps: bad}); err == nil {
+			t.Errorf("steps %v accepted", bad)
 		}
 	}
 }

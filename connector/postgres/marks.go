@@ -167,6 +167,42 @@ func (s *Source) marks(sh *shape, req connector.PageRequest) (skip any, mark *in
 	return k & 0xffffffff, s32, nil
 }
 
+// steps returns the page query's step parameters for req (nil, nil = no
+// steps): the lower bounds of req.Steps, ascending, and their marks
+// modulo 2^32. A step is used on the terms of a skip mark (see marks): of
+// the current relation, not above the pass's own mark, less than
+// maxMarkAge older. A step left out leaves its rows to the step before it
+// (an older mark, so fewer skipped) or to the skip mark: the pass reads
+// them again, which costs only the re-read.
+func (s *Source) steps(sh *shape, req connector.PageRequest) (lows, marks any, err error) {
+	if !sh.q.marks || req.Mark == "" || len(req.Steps) == 0 {
+		return nil, nil, nil
+	}
+	m, rel, err := parseMark(req.Mark)
+	if err != nil {
+		return nil, nil, err
+	}
+	var ls []time.Time
+	var ms []int64
+	for _, st := range req.Steps {
+		k, krel, err := parseMark(st.Mark)
+		if err != nil {
+			return nil, nil, err
+		}
+		if st.Since.IsZero() || !sameRelation(rel, krel) || k > m || m-k >= maxMarkAge {
+			continue
+		}
+		if len(ls) > 0 && st.Since.Before(ls[len(ls)-1]) {
+			return nil, nil, fmt.Errorf("steps out of order: %s after %s", st.Since, ls[len(ls)-1])
+		}
+		ls, ms = append(ls, st.Since), append(ms, k&0xffffffff)
+	}
+	if len(ls) == 0 {
+		return nil, nil, nil
+	}
+	return ls, ms, nil
+}
+
 // maxMarkAge bounds how many transaction ids older than the pass's own
 // mark a skip or settle mark may be. Row versions carry their xid modulo
 // 2^32 and are compared within 2^31 of a mark; a mark 2^31 ids old would

@@ -50,9 +50,9 @@ type Source struct {
 // identifiers and the operator filter. Each takes, as its last parameter,
 // the skip mark's transaction id (NULL = no skip; see fresh).
 type queries struct {
-	all   string // first page, no lower bound: $1 limit, $2 skip
-	since string // first page: $1 since, $2 limit, $3 skip
-	next  string // later pages: $1 updated_at, $2 id text, $3 limit, $4 skip
+	all   string // first page, no lower bound: $1 limit, $2 skip, $3 and $4 steps
+	since string // first page: $1 since, $2 limit, $3 skip, $4 and $5 steps
+	next  string // later pages: $1 updated_at, $2 id text, $3 limit, $4 skip, $5 and $6 steps
 	// formats requests updated_at in binary (8-byte microseconds, no
 	// parsing) and everything else as text, which is what the value
 	// encoder converts.
@@ -112,8 +112,10 @@ const valueUpdatedAt = -1
 // ids 0 to 2 (invalid, bootstrap, frozen) are old. A version written by a
 // subtransaction carries the subtransaction's id, which is above its parent
 // and so never below a mark its parent was running at.
-func fresh(n int) string {
-	p := fmt.Sprintf("$%d::bigint", n)
+func fresh(n int) string { return freshOf(fmt.Sprintf("$%d::bigint", n)) }
+
+// freshOf is fresh against the mark p, an SQL expression.
+func freshOf(p string) string {
 	x := "xmin::text::bigint"
 	return fmt.Sprintf("(%s IS NULL OR (%s > 2 AND ((%s - %s) BETWEEN 0 AND 2147483647 OR (%s - %s) < -2147483648)))", p, x, x, p, x, p)
 }
@@ -167,11 +169,16 @@ func buildQueries(cfg Config, t *table) queries {
 	if marks {
 		formats[prefix-1] = pgx.BinaryFormatCode
 	}
+	// skip(n) tests the skip mark $n, and the steps (see steps): their
+	// lower bounds $n+1, ascending, and marks $n+2. A version is left out
+	// by the step of the last bound at or below its updated_at, if any.
 	skip := func(n int) string {
+		lows, stepMarks := fmt.Sprintf("$%d::timestamptz[]", n+1), fmt.Sprintf("$%d::bigint[]", n+2)
 		if !marks {
-			return " AND $" + strconv.Itoa(n) + "::bigint IS NULL"
+			return fmt.Sprintf(" AND $%d::bigint IS NULL AND %s IS NULL AND %s IS NULL", n, lows, stepMarks)
 		}
-		return " AND " + fresh(n)
+		bucket := "width_bucket(" + ua + ", " + lows + ")"
+		return fmt.Sprintf(" AND %s AND (%s IS NULL OR %s = 0 OR %s)", fresh(n), lows, bucket, freshOf("("+stepMarks+")["+bucket+"]"))
 	}
 	// The id cast target comes from the idKind whitelist, never from text
 	// in the configuration. The cursor's id is compared with the id
@@ -327,6 +334,16 @@ func connect(ctx context.Context, cfg Config, conns int32) (*pgxpool.Pool, error
 	if rp["application_name"] == "" {
 		rp["application_name"] = "tidemark"
 	}
+	// Every page query is planned for its own bounds. pgx prepares them
+	// once per session, and after five calls PostgreSQL may keep one
+	// generic plan that looks no dearer than the calls so far: a full
+	// pass's wide pages make it look cheap, and it cannot see that a head
+	// pass reads a few rows at the top of the index (a parallel scan per
+	// page under load, 100 to 300 ms instead of 1). Planning is a fraction
+	// of a millisecond. A plan_cache_mode in the DSN is kept.
+	if rp["plan_cache_mode"] == "" {
+		rp["plan_cache_mode"] = "force_custom_plan"
+	}
 	// An initial load in key order holds LoadWorkers sessions at once;
 	// the clock, mark and horizon queries need more.
 	if need := int32(cfg.LoadWorkers + 2); cfg.LoadWorkers > 0 && pc.MaxConns < need {
@@ -373,6 +390,10 @@ func (s *Source) page(ctx context.Context, q querier, req connector.PageRequest)
 	if err != nil {
 		return connector.Page{}, err
 	}
+	lows, marks, err := s.steps(sh, req)
+	if err != nil {
+		return connector.Page{}, err
+	}
 	var k key
 	if req.Cursor != "" {
 		if k, err = decodeCursor(req.Cursor, sh.tbl.idKind); err != nil {
@@ -381,7 +402,7 @@ func (s *Source) page(ctx context.Context, q querier, req connector.PageRequest)
 	}
 	var out []connector.Row
 	for attempt := 0; ; attempt++ {
-		out, err = s.query(ctx, q, sh, req, k, skip, mark)
+		out, err = s.query(ctx, q, sh, req, k, mark, skip, lows, marks)
 		// A column's type changed under a prepared statement: pgx has
 		// dropped it from its cache, so running the query again
 		// prepares it anew (docs/schema-changes.md).
@@ -403,18 +424,20 @@ func (s *Source) page(ctx context.Context, q querier, req connector.PageRequest)
 }
 
 // query runs one page query and decodes its rows.
-func (s *Source) query(ctx context.Context, q querier, sh *shape, req connector.PageRequest, k key, skip any, mark *int64) ([]connector.Row, error) {
+// skips are the skip mark and the steps' bounds and marks (see
+// buildQueries' skip).
+func (s *Source) query(ctx context.Context, q querier, sh *shape, req connector.PageRequest, k key, mark *int64, skips ...any) ([]connector.Row, error) {
 	var (
 		rows pgx.Rows
 		err  error
 	)
 	switch {
 	case req.Cursor != "":
-		rows, err = q.Query(ctx, sh.q.next, sh.q.formats, k.time(), k.id, req.Limit, skip)
+		rows, err = q.Query(ctx, sh.q.next, append([]any{sh.q.formats, k.time(), k.id, req.Limit}, skips...)...)
 	case req.Since.IsZero():
-		rows, err = q.Query(ctx, sh.q.all, sh.q.formats, req.Limit, skip)
+		rows, err = q.Query(ctx, sh.q.all, append([]any{sh.q.formats, req.Limit}, skips...)...)
 	default:
-		rows, err = q.Query(ctx, sh.q.since, sh.q.formats, req.Since, req.Limit, skip)
+		rows, err = q.Query(ctx, sh.q.since, append([]any{sh.q.formats, req.Since, req.Limit}, skips...)...)
 	}
 	if err != nil {
 		return nil, err

@@ -118,12 +118,15 @@ func TestNotifyLateCommitReachesTheFullPass(t *testing.T) {
 }
 
 // TestNotifyFullPassDedupesWhatHeadPassesPublished: head passes move W
-// far past the last full pass's W + margin; the next full pass reads
-// again, from that full pass's W - margin, every row they published, and
-// must recognise each one (the dedupe set may not forget rows the next
-// full pass will read).
+// far past the last full pass's W + margin; the next full pass without
+// their steps (as after a restart) reads again, from that full pass's W -
+// margin, every row they published, and must recognise each one (the
+// dedupe set may not forget rows the next full pass may read).
 func TestNotifyFullPassDedupesWhatHeadPassesPublished(t *testing.T) {
 	w := newNotifyWorldWith(t, connector.Config{PollInterval: 2500 * time.Millisecond, Margin: 200 * time.Millisecond})
+	w.src.mu.Lock()
+	w.src.noSteps = true
+	w.src.mu.Unlock()
 	w.src.settled(t, 300*time.Millisecond)
 	start := w.src.count()
 	for id := 1; id <= 30; id++ {
@@ -217,12 +220,14 @@ func TestNotifyLateCommitAcrossARestart(t *testing.T) {
 // TestNotifyHeadPassesGoOn: head passes go on until a poll interval has
 // passed since the last full pass, however many rows they read: one row
 // per notification, thirty of them, with a page of ten. (A full pass in
-// their place reads the margin's index range each time; the next full
-// pass reads again what the head passes read, once.)
+// their place reads the margin's index range each time.) The full pass
+// after them leaves out what they read (PageRequest.Steps): it reads
+// again the last head pass's rows at most.
 func TestNotifyHeadPassesGoOn(t *testing.T) {
 	w := newNotifyWorldWith(t, connector.Config{PollInterval: 3 * time.Second, Margin: time.Minute, PageSize: 10})
 	w.src.settled(t, 300*time.Millisecond)
 	first := w.src.count()
+	raw := w.r.Checkpoint().Counters.Raw
 	for id := 1; id <= 30; id++ {
 		w.insert(id)
 		time.Sleep(40 * time.Millisecond)
@@ -250,6 +255,9 @@ func TestNotifyHeadPassesGoOn(t *testing.T) {
 	// The poll timer's, and one more if it struck during the writes.
 	if fulls > 2 {
 		t.Errorf("%d of %d passes were full: head passes stopped after a page of rows", fulls, passes)
+	}
+	if read := w.r.Checkpoint().Counters.Raw - raw; read > int64(30+3*fulls) {
+		t.Errorf("%d passes (%d full) read %d rows for 30 rows written one by one: a full pass read again what the head passes had read", passes, fulls, read)
 	}
 	w.waitPublished(t, 10*time.Second)
 	rig.AssertNoDupes(t, w.r.Fold())

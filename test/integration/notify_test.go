@@ -21,9 +21,17 @@ type passCounter struct {
 	passes int
 	firsts []connector.PageRequest
 	hold   chan struct{} // the next pass's first page waits for it to close
+	// noSteps drops PageRequest.Steps, as a restart does: a full pass
+	// then reads again what the head passes read.
+	noSteps bool
 }
 
 func (p *passCounter) Page(ctx context.Context, req connector.PageRequest) (connector.Page, error) {
+	p.mu.Lock()
+	if p.noSteps {
+		req.Steps = nil
+	}
+	p.mu.Unlock()
 	if req.Cursor == "" {
 		p.mu.Lock()
 		p.passes++
