@@ -270,7 +270,11 @@ func TestMarksSteps(t *testing.T) {
 		{"no mark of the pass", "", []connector.Step{step(150, 1)}, nil, nil},
 		{"no bound", mk(200), []connector.Step{{Mark: mk(150)}}, nil, nil},
 		{"of another relation", mk(200), []connector.Step{{Mark: formatMark(150, "16999"), Since: at(1)}, step(180, 2)}, []time.Time{at(2)}, []int64{180}},
-		{"above the pass's mark", mk(200), []connector.Step{step(150, 1), step(300, 2)}, []time.Time{at(1)}, []int64{150}},
+		// A head pass that read another relation may have published its
+		// content for a key since: the steps before it prove nothing
+		// about the topic now.
+		{"another relation between two", mk(200), []connector.Step{step(120, 1), {Mark: formatMark(150, "16999"), Since: at(2)}, step(180, 3)}, []time.Time{at(3)}, []int64{180}},
+		{"above the pass's mark", mk(200), []connector.Step{step(150, 1), step(300, 2)}, nil, nil},
 		{"2^30 ids old", mk(1000 + 1<<30), []connector.Step{step(1000, 1), step(2000, 2)}, []time.Time{at(2)}, []int64{2000}},
 	} {
 		lows, marks, err := s.steps(sh, connector.PageRequest{Mark: c.mark, Steps: c.steps})

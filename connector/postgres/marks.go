@@ -171,9 +171,12 @@ func (s *Source) marks(sh *shape, req connector.PageRequest) (skip any, mark *in
 // steps): the lower bounds of req.Steps, ascending, and their marks
 // modulo 2^32. A step is used on the terms of a skip mark (see marks): of
 // the current relation, not above the pass's own mark, less than
-// maxMarkAge older. A step left out leaves its rows to the step before it
-// (an older mark, so fewer skipped) or to the skip mark: the pass reads
-// them again, which costs only the re-read.
+// maxMarkAge older. A step that is not is left out with every step before
+// it, whose rows go to the skip mark: the pass reads them again, which
+// costs only the re-read. (Left out alone, its rows would go to the step
+// before it, whose proof that a key's version was published does not make
+// the topic current when the head pass in between read another relation
+// and published its content.)
 func (s *Source) steps(sh *shape, req connector.PageRequest) (lows, marks any, err error) {
 	if !sh.q.marks || req.Mark == "" || len(req.Steps) == 0 {
 		return nil, nil, nil
@@ -190,6 +193,7 @@ func (s *Source) steps(sh *shape, req connector.PageRequest) (lows, marks any, e
 			return nil, nil, err
 		}
 		if st.Since.IsZero() || !sameRelation(rel, krel) || k > m || m-k >= maxMarkAge {
+			ls, ms = ls[:0], ms[:0]
 			continue
 		}
 		if len(ls) > 0 && st.Since.Before(ls[len(ls)-1]) {

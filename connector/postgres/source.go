@@ -47,8 +47,9 @@ type Source struct {
 }
 
 // queries are the three page statements, built once from quoted
-// identifiers and the operator filter. Each takes, as its last parameter,
-// the skip mark's transaction id (NULL = no skip; see fresh).
+// identifiers and the operator filter. Each takes, as its last three
+// parameters, the skip mark's transaction id (NULL = no skip; see fresh)
+// and the steps' bounds and marks (NULL = none; see steps).
 type queries struct {
 	all   string // first page, no lower bound: $1 limit, $2 skip, $3 and $4 steps
 	since string // first page: $1 since, $2 limit, $3 skip, $4 and $5 steps
