@@ -218,7 +218,7 @@ type Engine struct {
 	txOldest  int64
 	bMoved    bool // a B entry's timestamp moved since the last commit
 	// woke is set when the last idle ended on a wake-up; fullAt is when the
-	// last full pass began in this process (docs/design.md, "Head
+	// last full pass ended in this process (docs/design.md, "Head
 	// passes").
 	woke   bool
 	fullAt time.Time
@@ -749,7 +749,7 @@ func (e *Engine) idle(ctx context.Context) bool {
 
 // headNext reports whether the pass about to start from idle is a head
 // pass (docs/design.md, "Head passes"): a wake-up started it, there is a
-// watermark to start from, and a full pass began in this process less than
+// watermark to start from, and a full pass ended in this process less than
 // a poll interval ago. Every other pass is full, so the poll timer, a retry
 // and the first pass of a run all start full passes.
 //

@@ -165,9 +165,6 @@ func (e *Engine) pass(ctx context.Context) error {
 	case e.cp.HeadsSinceFull:
 		steps = e.steps
 	}
-	if e.cp.Phase == schemas.PhasePass && !e.cp.PassHead {
-		e.fullAt = time.Now()
-	}
 	e.log.Debug("pass", "phase", e.cp.Phase, "head", e.cp.PassHead, "since", orInf(e.cp.PassLow), "cursor", e.cp.Cursor)
 	pages := 0
 	// ahead is the next page, fetched while the transaction before it
@@ -475,6 +472,12 @@ func (e *Engine) endPass(ctx context.Context) error {
 	}
 	if !e.cp.PassHead {
 		e.steps = nil
+		if wasPass == schemas.PhasePass {
+			// The poll interval of head passes counts from here: a full
+			// pass slower than it is followed by head passes, not by
+			// another full pass at once.
+			e.fullAt = time.Now()
+		}
 	}
 	// A moving load in key order leaves the topic as of no moment: --once
 	// goes on to the pass that catches up. A consistent load leaves it

@@ -262,3 +262,37 @@ func TestNotifyHeadPassesGoOn(t *testing.T) {
 	w.waitPublished(t, 10*time.Second)
 	rig.AssertNoDupes(t, w.r.Fold())
 }
+
+// TestNotifySlowFullPassesLeaveRoomForHeadPasses: a full pass that takes
+// longer than the poll interval (the margin's index range of a busy
+// table, on a loaded server) is followed by head passes, not by another
+// full pass at once: the poll interval counts from the end of the last
+// full pass. Otherwise every pass is a slow full pass and every change
+// waits for one.
+func TestNotifySlowFullPassesLeaveRoomForHeadPasses(t *testing.T) {
+	w := newNotifyWorldWith(t, connector.Config{PollInterval: 300 * time.Millisecond, Margin: time.Minute})
+	time.Sleep(500 * time.Millisecond) // the first pass
+	w.src.mu.Lock()
+	w.src.slowBelow, w.src.slow = time.Now().Add(-30*time.Second), 500*time.Millisecond
+	w.src.mu.Unlock()
+	first := w.src.count()
+	for id := 1; id <= 40; id++ {
+		w.insert(id)
+		time.Sleep(50 * time.Millisecond)
+	}
+	w.waitPublished(t, 10*time.Second)
+	w.src.mu.Lock()
+	heads, passes := 0, len(w.src.firsts)-first
+	for _, req := range w.src.firsts[first:] {
+		if !req.Since.Before(w.src.slowBelow) {
+			heads++
+		}
+	}
+	w.src.mu.Unlock()
+	// 2 s of writes: at most 3 full passes of 0.5 s, each followed by
+	// 0.3 s of head passes, one per 50 ms write.
+	if heads < 8 {
+		t.Errorf("%d of %d passes during 2 s of writes were head passes: slow full passes followed each other", heads, passes)
+	}
+	rig.AssertNoDupes(t, w.r.Fold())
+}

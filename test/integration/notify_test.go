@@ -24,6 +24,10 @@ type passCounter struct {
 	// noSteps drops PageRequest.Steps, as a restart does: a full pass
 	// then reads again what the head passes read.
 	noSteps bool
+	// slowBelow, when set, delays by slow the first page of every pass
+	// that reads from before it (full passes, with a long margin).
+	slowBelow time.Time
+	slow      time.Duration
 }
 
 func (p *passCounter) Page(ctx context.Context, req connector.PageRequest) (connector.Page, error) {
@@ -38,7 +42,18 @@ func (p *passCounter) Page(ctx context.Context, req connector.PageRequest) (conn
 		p.firsts = append(p.firsts, req)
 		hold := p.hold
 		p.hold = nil
+		slow := p.slow
+		if p.slowBelow.IsZero() || !req.Since.Before(p.slowBelow) {
+			slow = 0
+		}
 		p.mu.Unlock()
+		if slow > 0 {
+			select {
+			case <-time.After(slow):
+			case <-ctx.Done():
+				return connector.Page{}, ctx.Err()
+			}
+		}
 		if hold != nil {
 			select {
 			case <-hold:
