@@ -334,13 +334,25 @@ func (w *Writer) Recover(ctx context.Context) error {
 	return nil
 }
 
-// classifyRecover is classify for what is left after a recovery: an epoch
-// error then means another session owns the transactional id.
+// classifyRecover is classify for what is left after a recovery. An epoch
+// error, a transaction state the session cannot be in, or a producer id no
+// longer mapped to the transactional id then means another session owns
+// the transactional id (the embedded broker answers a fenced session's
+// commit INVALID_TXN_STATE where Apache Kafka answers PRODUCER_FENCED).
+// kgo keeps any other non-retriable broker answer for good, and every
+// later call returns it: retrying would never end, so it stops the run.
 func classifyRecover(err error) error {
-	if errors.Is(err, kerr.InvalidProducerEpoch) {
+	if errors.Is(err, kerr.InvalidProducerEpoch) || errors.Is(err, kerr.InvalidTxnState) || errors.Is(err, kerr.InvalidProducerIDMapping) {
 		return fmt.Errorf("%w: %w", connector.ErrFenced, err)
 	}
-	return classify(err)
+	err = classify(err)
+	if errors.Is(err, connector.ErrFenced) || errors.Is(err, connector.ErrPermanent) {
+		return err
+	}
+	if ke, ok := errors.AsType[*kerr.Error](err); ok && !ke.Retriable && ke.Code != kerr.UnknownServerError.Code {
+		return fmt.Errorf("%w: the producer session cannot be recovered (the Kafka client keeps this answer for every later call); restart tidemark, which resumes from the committed checkpoint: %w", connector.ErrPermanent, err)
+	}
+	return err
 }
 
 // Close closes the client. An open transaction is left to the broker,

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/connector"
@@ -209,5 +210,32 @@ func TestEnsureTopicsRefusesASmallOffsetsTopic(t *testing.T) {
 	_, err = producer.EnsureTopics(ctx, cl, producer.Topics{Data: "d", Partitions: 3, ReplicationFactor: -1, Offsets: "small-off"})
 	if !errors.Is(err, connector.ErrPermanent) || !strings.Contains(err.Error(), "max.message.bytes") || !strings.Contains(err.Error(), "1000012") {
 		t.Errorf("offsets topic with max.message.bytes 100000: %v", err)
+	}
+}
+
+// TestRecoverClassification: what a recovery's re-initialisation answers.
+// kgo keeps a non-retriable broker answer to EndTxn for good, and every
+// later ProducerID returns it: a recovery that takes it for transient
+// retries forever (TestEngineZombieIsFenced hung so, once in about twenty
+// runs under load, when the embedded broker answered the fenced session's
+// commit INVALID_TXN_STATE rather than PRODUCER_FENCED).
+func TestRecoverClassification(t *testing.T) {
+	for _, c := range []struct {
+		err               error
+		fenced, permanent bool
+	}{
+		{kerr.InvalidProducerEpoch, true, false},
+		{kerr.ProducerFenced, true, false},
+		{kerr.InvalidTxnState, true, false},
+		{kerr.InvalidProducerIDMapping, true, false},
+		{kerr.UnsupportedVersion, false, true},
+		{kerr.CoordinatorNotAvailable, false, false},
+		{kerr.UnknownServerError, false, false},
+		{errors.New("dial tcp: connection refused"), false, false},
+	} {
+		err := producer.ClassifyRecover(fmt.Errorf("re-initialise: %w", c.err))
+		if errors.Is(err, connector.ErrFenced) != c.fenced || errors.Is(err, connector.ErrPermanent) != c.permanent {
+			t.Errorf("%v: classified %v; want fenced %v, permanent %v", c.err, err, c.fenced, c.permanent)
+		}
 	}
 }

@@ -1,0 +1,4 @@
+package producer
+
+// ClassifyRecover exposes classifyRecover to the tests.
+var ClassifyRecover = classifyRecover
