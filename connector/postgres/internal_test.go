@@ -250,7 +250,7 @@ func TestMarksSettle(t *testing.T) {
 
 // TestMarksSteps: a step is used on the terms of a skip mark: of the same
 // relation, not above the pass's own mark, younger than maxMarkAge; one
-// that is not is left out, and its rows go to the step before it.
+// that is not is left out with every step before it.
 func TestMarksSteps(t *testing.T) {
 	s := &Source{cfg: Config{Logger: slog.New(slog.DiscardHandler)}}
 	sh := &shape{q: queries{marks: true}, tbl: &table{ident: `"public"."t"`}}

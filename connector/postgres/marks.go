@@ -102,6 +102,14 @@ func parseMark(m string) (int64, string, error) {
 	return x, rel, nil
 }
 
+// provable reports whether an earlier pass's mark k, of relation krel,
+// proves anything about the versions a pass with mark m reads from
+// relation rel: not above m (else another database), less than maxMarkAge
+// older, of the same relation.
+func provable(m int64, rel string, k int64, krel string) bool {
+	return k <= m && m-k < maxMarkAge && sameRelation(rel, krel)
+}
+
 // sameRelation reports whether a mark of relation b may be compared with
 // versions of relation a (the current pass's): "" names none.
 func sameRelation(a, b string) bool { return a == "" || b == "" || a == b }
@@ -127,7 +135,7 @@ func (s *Source) marks(sh *shape, req connector.PageRequest) (skip any, mark *in
 		// (see below), one too old cannot be compared (see maxMarkAge),
 		// and one of another relation proves nothing here: the next
 		// full pass will skip nothing, so nothing read now is settled.
-		settles = settle <= m && m-settle < maxMarkAge && sameRelation(rel, srel)
+		settles = provable(m, rel, settle, srel)
 	}
 	s32 := &settle
 	*s32 &= 0xffffffff
@@ -192,7 +200,7 @@ func (s *Source) steps(sh *shape, req connector.PageRequest) (lows, marks any, e
 		if err != nil {
 			return nil, nil, err
 		}
-		if st.Since.IsZero() || !sameRelation(rel, krel) || k > m || m-k >= maxMarkAge {
+		if st.Since.IsZero() || !provable(m, rel, k, krel) {
 			ls, ms = ls[:0], ms[:0]
 			continue
 		}
