@@ -20,9 +20,9 @@ type loadResult struct {
 	bytes   int64 // key + value bytes that reached the topic
 	wall    time.Duration
 	engine  time.Duration // tidemark: the engine's own run time (completion record)
-	selfCPU time.Duration // tidemark: subprocess user+system; baseline: the bench process (client + broker)
+	selfCPU time.Duration // tidemark: subprocess user+system; Go pipe: the bench process (the client); kcat pipe: psql and kcat
 	pgCPU   time.Duration
-	brkCPU  time.Duration // tidemark runs: the bench process, i.e. the broker
+	brkCPU  time.Duration // the broker process (0 with KAFKA_BROKERS)
 	// otherCPU is what processes outside the benchmark used meanwhile (the
 	// machine's busy time minus ours): a noisy neighbour shows here.
 	otherCPU time.Duration
@@ -44,11 +44,9 @@ func (r loadResult) cpuPerRow() float64 {
 func (r loadResult) line() string {
 	s := fmt.Sprintf("%-8s %-7s %8d rows in %6.2fs = %7.0f rows/s %6.1f MiB/s; CPU %s %5.1fs, PostgreSQL %5.1fs, other processes %5.1fs",
 		r.kind, txnLabel(r), r.rows, r.wall.Seconds(), r.rowsPerSec(), r.mbPerSec(), cpuWho(r), r.selfCPU.Seconds(), r.pgCPU.Seconds(), r.otherCPU.Seconds())
-	switch r.kind {
-	case "tidemark":
-		s += fmt.Sprintf(", broker %4.1fs; RSS %3.0f MiB; %d txns", r.brkCPU.Seconds(), float64(r.maxRSSKB)/1024, r.txns)
-	case "kcat":
-		s += fmt.Sprintf(", broker %4.1fs", r.brkCPU.Seconds())
+	s += fmt.Sprintf(", broker %4.1fs", r.brkCPU.Seconds())
+	if r.kind == "tidemark" {
+		s += fmt.Sprintf("; RSS %3.0f MiB; %d txns", float64(r.maxRSSKB)/1024, r.txns)
 	}
 	return s
 }
@@ -66,7 +64,7 @@ func txnLabel(r loadResult) string {
 func cpuWho(r loadResult) string {
 	switch r.kind {
 	case "baseline":
-		return "client+broker"
+		return "client"
 	case "kcat":
 		return "psql+kcat"
 	}
@@ -112,7 +110,7 @@ func (b *bench) baseline(ctx context.Context, table string, rows int) (loadResul
 	defer conn.Release()
 
 	pg0, _ := b.pgCP.sample()
-	cpu0 := selfCPU()
+	cpu0, brk0 := selfCPU(), b.k.cpu()
 	busy0 := machineBusy()
 	start := time.Now()
 	var failed atomic.Pointer[error]
@@ -132,9 +130,9 @@ func (b *bench) baseline(ctx context.Context, table string, rows int) (loadResul
 		return loadResult{}, err
 	}
 	wall := time.Since(start)
-	cpu := selfCPU() - cpu0
+	cpu, brk := selfCPU()-cpu0, b.k.cpu()-brk0
 	pg1, _ := b.pgCP.sample()
-	other := machineBusy() - busy0 - cpu - (pg1 - pg0)
+	other := machineBusy() - busy0 - cpu - brk - (pg1 - pg0)
 	if p := failed.Load(); p != nil {
 		return loadResult{}, fmt.Errorf("produce: %w", *p)
 	}
@@ -148,7 +146,7 @@ func (b *bench) baseline(ctx context.Context, table string, rows int) (loadResul
 	if n != int64(rows) {
 		return loadResult{}, fmt.Errorf("topic holds %d records, want %d: %w", n, rows, errMismatch)
 	}
-	return loadResult{kind: "baseline", rows: w.rows, bytes: w.bytes, wall: wall, selfCPU: cpu, pgCPU: pg1 - pg0, otherCPU: max(other, 0)}, nil
+	return loadResult{kind: "baseline", rows: w.rows, bytes: w.bytes, wall: wall, selfCPU: cpu, pgCPU: pg1 - pg0, brkCPU: brk, otherCPU: max(other, 0)}, nil
 }
 
 // copyProducer turns COPY text-format lines "id<TAB>json" into records.

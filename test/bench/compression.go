@@ -69,7 +69,7 @@ func (b *bench) codecLoad(ctx context.Context, table string, rows int, codec str
 	}
 	defer b.k.drop(context.WithoutCancel(ctx), r.topic, r.offsets, r.ledger)
 	pg0, _ := b.pgCP.sample()
-	brk0, busy0 := selfCPU(), machineBusy()
+	brk0, busy0 := b.k.cpu(), machineBusy()
 	p, err := b.start(r, "run", "--once", "--json", "--kafka.compression", codec)
 	if err != nil {
 		return codecLoad{}, err
@@ -77,7 +77,7 @@ func (b *bench) codecLoad(ctx context.Context, table string, rows int, codec str
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	werr := p.wait(wctx)
-	brk, busy := selfCPU()-brk0, machineBusy()-busy0
+	brk, busy := b.k.cpu()-brk0, machineBusy()-busy0
 	pg1, _ := b.pgCP.sample()
 	if werr != nil {
 		return codecLoad{}, fmt.Errorf("tidemark run --once: %v (log: %s)\n%s", werr, r.log, tail(r.log, 20))
@@ -179,7 +179,7 @@ func (r *results) renderCompression(b *strings.Builder) {
 		return
 	}
 	fmt.Fprintf(b, "## Bytes on the wire: kafka.compression\n\n")
-	fmt.Fprintf(b, "tidemark's initial load of the %d-row table with each codec (`run --once --kafka.compression C`, default settings otherwise), %d rounds, the codecs in a rotating order. Bytes per record = the data topic's log size on the broker (DescribeLogDirs: every record batch as stored, with its 61-byte header, and the transaction markers) / records. CPU µs/row is tidemark's own (it compresses). The in-process kfake broker stores batches as they come and does not decompress them; Apache Kafka decompresses a compressed batch to validate it, which costs broker CPU not counted here. On loopback no network is saved: this measures the CPU side of compression and the bytes a broker and a real network would carry.\n\n",
+	fmt.Fprintf(b, "tidemark's initial load of the %d-row table with each codec (`run --once --kafka.compression C`, default settings otherwise), %d rounds, the codecs in a rotating order. Bytes per record = the data topic's log size on the broker (DescribeLogDirs: every record batch as stored, with its 61-byte header, and the transaction markers) / records. CPU µs/row is tidemark's own (it compresses). The kfake broker stores batches as they come and does not decompress them; Apache Kafka decompresses a compressed batch to validate it, which costs broker CPU not counted here. On loopback no network is saved: this measures the CPU side of compression and the bytes a broker and a real network would carry.\n\n",
 		r.table.rows, r.compression.rounds)
 	fmt.Fprintf(b, "| codec | rows/s (median) | bytes/record (median) | vs none | tidemark CPU µs/row (median) | rows/s by round |\n|---|---:|---:|---:|---:|---|\n")
 	s := r.compression.summary()

@@ -1,10 +1,17 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"log"
 	"os"
+	"os/exec"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -12,26 +19,27 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// broker is the Kafka cluster of the run: KAFKA_BROKERS, or an in-process
-// kfake broker on loopback. Both the baseline and tidemark use it.
+// broker is the Kafka cluster of the run: KAFKA_BROKERS, or a kfake broker
+// on loopback in a process of its own (this program, re-run with
+// -serve-broker). Both the baseline and tidemark use it. In its own
+// process the broker's CPU is measured apart from the Go pipe's client and
+// from the bench's read-back of every run's topic, whose garbage had been
+// collected at random inside timed runs while the broker shared this
+// process.
 type broker struct {
-	addrs   []string
-	cluster *kfake.Cluster
-	adm     *kadm.Client
-	cl      *kgo.Client
+	addrs []string
+	proc  *exec.Cmd // the broker process; nil with KAFKA_BROKERS
+	stdin io.Closer // the broker process's standard input: closing it stops the broker
+	adm   *kadm.Client
+	cl    *kgo.Client
 }
 
 func newBroker() (*broker, error) {
 	k := &broker{}
 	if v := os.Getenv("KAFKA_BROKERS"); v != "" {
 		k.addrs = strings.Split(v, ",")
-	} else {
-		c, err := kfake.NewCluster(kfake.NumBrokers(1))
-		if err != nil {
-			return nil, fmt.Errorf("kfake: %w", err)
-		}
-		k.cluster = c
-		k.addrs = c.ListenAddrs()
+	} else if err := k.spawn(); err != nil {
+		return nil, err
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(k.addrs...))
 	if err != nil {
@@ -42,9 +50,80 @@ func newBroker() (*broker, error) {
 	return k, nil
 }
 
+// spawn starts the broker process and reads its address. It stops when its
+// standard input closes (close), or with this process (Pdeathsig).
+func (k *broker) spawn() error {
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("the bench's own executable, to run the broker: %w", err)
+	}
+	cmd := exec.Command(exe, "-serve-broker")
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start the broker process: %w", err)
+	}
+	k.proc, k.stdin = cmd, stdin
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		k.close()
+		return fmt.Errorf("the broker process did not say its address: %w", err)
+	}
+	k.addrs = []string{strings.TrimSpace(line)}
+	return nil
+}
+
+// serveBroker is the broker process (-serve-broker): one kfake broker on a
+// free loopback port, its address on standard output, until standard input
+// closes.
+func serveBroker() int {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		log.Printf("kfake: %v", err)
+		return 1
+	}
+	defer c.Close()
+	fmt.Println(c.ListenAddrs()[0])
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return 0
+}
+
+// cpu is the broker process's CPU time so far (user+system of all its
+// threads, 10 ms resolution); 0 with KAFKA_BROKERS, whose CPU is not seen.
+func (k *broker) cpu() time.Duration {
+	if k.proc == nil {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", k.proc.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name (which may hold spaces) in parentheses:
+	// state is field 3, utime 14, stime 15, in clock ticks of 1/100 s.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * (time.Second / 100)
+}
+
 func (k *broker) describe() string {
-	if k.cluster != nil {
-		return "in-process kfake (1 broker, in the bench process) at " + k.addrs[0]
+	if k.proc != nil {
+		return "kfake (1 broker, in a process of its own) at " + k.addrs[0]
 	}
 	return "KAFKA_BROKERS=" + strings.Join(k.addrs, ",")
 }
@@ -53,8 +132,16 @@ func (k *broker) close() {
 	if k.cl != nil {
 		k.cl.Close()
 	}
-	if k.cluster != nil {
-		k.cluster.Close()
+	if k.proc != nil {
+		_ = k.stdin.Close()
+		done := make(chan struct{})
+		go func() { _ = k.proc.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = k.proc.Process.Kill()
+			<-done
+		}
 	}
 }
 
@@ -67,8 +154,8 @@ func (k *broker) createTopic(ctx context.Context, topic string, partitions int32
 	return err
 }
 
-// drop deletes the topics of a finished run so an in-process broker does
-// not keep every run's records in memory.
+// drop deletes the topics of a finished run so the broker does not keep
+// every run's records in memory.
 func (k *broker) drop(ctx context.Context, topics ...string) {
 	_, _ = k.adm.DeleteTopics(ctx, topics...)
 }

@@ -2,7 +2,7 @@ package main
 
 // The issue's literal raw pipe, `psql -c "COPY (SELECT …) TO STDOUT" | kcat
 // -P`: two processes of their own (psql, and kcat on librdkafka with an
-// idempotent producer), next to the in-process Go pipe of baseline.go, so
+// idempotent producer), next to the Go pipe of baseline.go (a client in the bench process), so
 // that the ratio does not rest on one client alone. Skipped when psql or
 // kcat is not installed (apt package kcat).
 
@@ -34,7 +34,7 @@ func kcatPath() (psql, kcat string) {
 // kcatBaseline runs `psql -c "COPY (SELECT id, row_to_json(t) FROM t) TO
 // STDOUT" | kcat -P -K <TAB>` into a fresh topic: idempotent producer, acks
 // all, 5 ms linger, no compression, as the Go pipe. CPU: psql and kcat from
-// their rusage, PostgreSQL as elsewhere, the broker as the bench process.
+// their rusage, PostgreSQL and the broker process as elsewhere.
 func (b *bench) kcatBaseline(ctx context.Context, table string, rows int) (loadResult, error) {
 	psql, kcat := kcatPath()
 	if kcat == "" {
@@ -60,7 +60,7 @@ func (b *bench) kcatBaseline(ctx context.Context, table string, rows int) (loadR
 	kc.Stdout = io.Discard
 
 	pg0, _ := b.pgCP.sample()
-	cpu0 := selfCPU()
+	brk0 := b.k.cpu()
 	busy0 := machineBusy()
 	start := time.Now()
 	if err := kc.Start(); err != nil {
@@ -80,7 +80,7 @@ func (b *bench) kcatBaseline(ctx context.Context, table string, rows int) (loadR
 		return loadResult{}, fmt.Errorf("kcat: %w: %s", err, tailOf(kerr.String()))
 	}
 	wall := time.Since(start)
-	brk := selfCPU() - cpu0
+	brk := b.k.cpu() - brk0
 	pg1, _ := b.pgCP.sample()
 	client := childCPU(pc) + childCPU(kc)
 	other := machineBusy() - busy0 - brk - client - (pg1 - pg0)

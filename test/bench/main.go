@@ -35,8 +35,8 @@
 //   - a CPU and allocation profile of an in-process initial load.
 //
 // PostgreSQL: DATABASE_URL when set, else a throwaway cluster
-// (harness.StartCluster). Kafka: KAFKA_BROKERS when set, else an in-process
-// kfake broker. Everything else lives in a temporary directory removed at
+// (harness.StartCluster). Kafka: KAFKA_BROKERS when set, else a kfake broker
+// in a process of its own (this program with -serve-broker). Everything else lives in a temporary directory removed at
 // exit (-keep keeps it). The table is printed and written to
 // bench/results.md.
 package main
@@ -115,7 +115,11 @@ func run() int {
 	flag.BoolVar(&o.noTasks, "no-tasks", false, "skip the task-mode scenario")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configs, logs, profiles)")
 	flag.DurationVar(&o.deadline, "deadline", 30*time.Minute, "hard limit for the whole run")
+	serve := flag.Bool("serve-broker", false, "be the bench's broker process: serve a kfake broker, print its address, stop when standard input closes (the bench runs itself so)")
 	flag.Parse()
+	if *serve {
+		return serveBroker()
+	}
 	if o.rows < 10_000 {
 		log.Printf("-rows %d: need at least 10000", o.rows)
 		return 2

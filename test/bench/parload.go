@@ -24,7 +24,7 @@ const parGoal = 1.3
 
 // The two baselines' pseudo worker settings.
 const (
-	goPipe   = -1 // baseline.go: COPY into an idempotent producer in the bench process
+	goPipe   = -1 // baseline.go: COPY into an idempotent producer in the bench process (the broker apart)
 	kcatPipe = -2 // kcat.go: psql | kcat -P, processes of their own
 )
 
@@ -200,5 +200,5 @@ func (r *results) renderPar(b *strings.Builder) {
 		}
 		fmt.Fprintf(b, "| %s | %.0f | %s | %s | %.1f | %.1f | %.1f | %s | %s |\n", label(w), median(rps), ratio, byRound, median(self), median(pg), median(brk), rssCell, kcatRatio)
 	}
-	fmt.Fprintf(b, "\nOn the Go pipe's row, CPU s is the bench process: the client and the in-process broker together; on the kcat pipe's, psql and kcat (the broker apart).\n\n")
+	fmt.Fprintf(b, "\nOn the Go pipe's row, CPU s is its client (the bench process); on the kcat pipe's, psql and kcat. The broker runs in a process of its own in every run.\n\n")
 }

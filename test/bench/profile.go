@@ -30,9 +30,10 @@ type profileResult struct {
 	allocTop string
 }
 
-// ignoreBroker drops the samples of the in-process kfake broker, which
-// shares this process with the engine; what remains is tidemark (engine,
-// source, pgx, producer, kgo) and the Go runtime serving it.
+// ignoreBroker drops any samples of a kfake broker in this process (the
+// bench's broker runs in a process of its own, so there should be none);
+// what remains is tidemark (engine, source, pgx, producer, kgo) and the Go
+// runtime serving it.
 const ignoreBroker = "kfake"
 
 // profileLoad runs one initial load in this process, wired as `tidemark
@@ -116,7 +117,7 @@ func (b *bench) profileLoad(ctx context.Context, table string, rows int) (profil
 	if err := writeProfile("allocs", res.memFile); err != nil {
 		return res, err
 	}
-	res.summary = fmt.Sprintf("%d rows in %.2fs in-process (%.0f rows/s, engine and broker in one process, %.1f CPU-s by rusage); %.0f bytes and %.1f allocations per row (whole process)",
+	res.summary = fmt.Sprintf("%d rows in %.2fs in-process (%.0f rows/s, the engine in the bench process, %.1f CPU-s by rusage); %.0f bytes and %.1f allocations per row (whole process)",
 		rows, el.Seconds(), float64(rows)/el.Seconds(), cpu.Seconds(),
 		float64(ms1.TotalAlloc-ms0.TotalAlloc)/float64(rows), float64(ms1.Mallocs-ms0.Mallocs)/float64(rows))
 	res.cpuTop = pprofTop(ctx, res.cpuFile, "-top")

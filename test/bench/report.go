@@ -158,8 +158,8 @@ func (r *results) render(o options) string {
 	r.parSummary(&b)         // parload.go
 	fmt.Fprintf(&b, "| CPU per 1M rows, default (median pair): tidemark / PostgreSQL / broker | %.1f s / %.1f s / %.1f s | | |\n",
 		per1M(mp.tm.selfCPU, mp.tm.rows), per1M(mp.tm.pgCPU, mp.tm.rows), per1M(mp.tm.brkCPU, mp.tm.rows))
-	fmt.Fprintf(&b, "| CPU per 1M rows, baseline (same pair): client+broker / PostgreSQL | %.1f s / %.1f s | | |\n",
-		per1M(mp.base.selfCPU, mp.base.rows), per1M(mp.base.pgCPU, mp.base.rows))
+	fmt.Fprintf(&b, "| CPU per 1M rows, baseline (same pair): client / PostgreSQL / broker | %.1f s / %.1f s / %.1f s | | |\n",
+		per1M(mp.base.selfCPU, mp.base.rows), per1M(mp.base.pgCPU, mp.base.rows), per1M(mp.base.brkCPU, mp.base.rows))
 	fmt.Fprintf(&b, "| incremental latency, commit -> visible read_committed (%d updates at %.0f/s, poll 1s) | p50 %s, p99 %s, max %s; %d/%d seen | p99 <= %s | %s |\n",
 		r.latency.updates, r.latency.rate, ms(r.latency.p50), ms(r.latency.p99), ms(r.latency.max), r.latency.seen, r.latency.updates, 2*r.latency.poll, verdict(p99ok))
 	r.notifySummary(&b) // notify.go
@@ -171,14 +171,14 @@ func (r *results) render(o options) string {
 	// Initial loads.
 	fmt.Fprintf(&b, "## Initial load, %d rows\n\n", o.rows)
 	fmt.Fprintf(&b, "Baseline and tidemark alternate; each tidemark run is a fresh connector with its own topics, run as `tidemark run --once --json` (a subprocess; wall time includes its start-up: preflight, topic checks, fencing, checkpoint read). Each tidemark run is read back read_committed and must hold exactly one record per row. ")
-	fmt.Fprintf(&b, "CPU: tidemark from the subprocess rusage; peak RSS = VmHWM from /proc/<pid>/status sampled every 20 ms (ru_maxrss of a child of a Go process inherits the parent's high-water mark through vfork+exec, so it is not used); PostgreSQL = postmaster + all its children from /proc (utime+stime, exited children via cutime/cstime), before/after; broker = the bench process (in-process kfake) during the tidemark run; the baseline's client and broker share the bench process. The txn_max_records settings ran 1 pair each (time budget); the default setting %d pairs.\n\n", o.pairs)
+	fmt.Fprintf(&b, "CPU: tidemark from the subprocess rusage; peak RSS = VmHWM from /proc/<pid>/status sampled every 20 ms (ru_maxrss of a child of a Go process inherits the parent's high-water mark through vfork+exec, so it is not used); PostgreSQL = postmaster + all its children from /proc (utime+stime, exited children via cutime/cstime), before/after; broker = the kfake broker's own process (/proc/<pid>/stat), before/after; the baseline's client is the bench process. The txn_max_records settings ran 1 pair each (time budget); the default setting %d pairs.\n\n", o.pairs)
 	fmt.Fprintf(&b, "| run | setting | rows/s | MiB/s | wall s | engine s | CPU s (self) | PostgreSQL CPU s | broker CPU s | all CPU µs/row | other processes CPU s | peak RSS MiB | txns | ratio |\n")
 	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	all := append(slices.Clone(r.defaults), r.settings...)
 	for i, p := range all {
-		fmt.Fprintf(&b, "| %d | baseline | %.0f | %.1f | %.2f | | %.1f (client+broker) | %.1f | | %.1f | %.1f | | | |\n",
+		fmt.Fprintf(&b, "| %d | baseline | %.0f | %.1f | %.2f | | %.1f (client) | %.1f | %.1f | %.1f | %.1f | | | |\n",
 			i+1, p.base.rowsPerSec(), p.base.mbPerSec(), p.base.wall.Seconds(), p.base.selfCPU.Seconds(), p.base.pgCPU.Seconds(),
-			p.base.cpuPerRow()*1e6, p.base.otherCPU.Seconds())
+			p.base.brkCPU.Seconds(), p.base.cpuPerRow()*1e6, p.base.otherCPU.Seconds())
 		fmt.Fprintf(&b, "| %d | tidemark %s | %.0f | %.1f | %.2f | %.2f | %.1f | %.1f | %.1f | %.1f | %.1f | %s | %d | %.2f |\n",
 			i+1, txnLabel(p.tm), p.tm.rowsPerSec(), p.tm.mbPerSec(), p.tm.wall.Seconds(), p.tm.engine.Seconds(), p.tm.selfCPU.Seconds(),
 			p.tm.pgCPU.Seconds(), p.tm.brkCPU.Seconds(), p.tm.cpuPerRow()*1e6, p.tm.otherCPU.Seconds(), mib(p.tm.maxRSSKB), p.tm.txns, p.ratio())

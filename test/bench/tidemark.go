@@ -158,8 +158,8 @@ func (p *proc) wait(ctx context.Context) error {
 // RSS. The peak is VmHWM from /proc/<pid>/status, sampled every 20 ms
 // while it runs: ru_maxrss of a child of a Go process is useless here,
 // because Go starts children with vfork (CLONE_VM), and exec records the
-// parent's RSS high-water mark (this process holds the in-process broker's
-// data) into the child's maxrss.
+// parent's RSS high-water mark (this process reads every run's topic back)
+// into the child's maxrss.
 func (p *proc) rusage() (cpu time.Duration, maxRSSKB int64) {
 	st := p.cmd.ProcessState
 	if st == nil {
@@ -204,7 +204,7 @@ func (b *bench) tidemarkLoadWith(ctx context.Context, table string, rows, txn in
 	}
 	defer b.k.drop(context.WithoutCancel(ctx), r.topic, r.offsets, r.ledger)
 	pg0, _ := b.pgCP.sample()
-	brk0 := selfCPU()
+	brk0 := b.k.cpu()
 	busy0 := machineBusy()
 	p, err := b.start(r, append([]string{"run", "--once", "--json"}, extra...)...)
 	if err != nil {
@@ -213,7 +213,7 @@ func (b *bench) tidemarkLoadWith(ctx context.Context, table string, rows, txn in
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	werr := p.wait(wctx)
-	brk := selfCPU() - brk0
+	brk := b.k.cpu() - brk0
 	pg1, _ := b.pgCP.sample()
 	busy := machineBusy() - busy0
 	if werr != nil {
