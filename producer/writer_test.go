@@ -239,3 +239,75 @@ func TestRecoverClassification(t *testing.T) {
 		}
 	}
 }
+
+// Keys survive the writer's key slabs (a key longer than a slab, keys that
+// span slabs), and a record's timestamp is when its transaction produced
+// it: the writer reads the clock once per few dozen records, never carrying
+// a reading over from an earlier transaction.
+func TestRecordKeysAndTimestamps(t *testing.T) {
+	opts, w := newWriter(t, 3)
+	ctx := context.Background()
+	commit := func() {
+		t.Helper()
+		if err := w.Commit(ctx, &connector.Commit{Checkpoint: func([]int64) ([]byte, error) { return []byte(`{}`), nil }}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]string{}
+	publish := func(id string) {
+		t.Helper()
+		v := fmt.Sprintf(`{"id":%q}`, id)
+		want[id] = v
+		if err := w.Publish(ctx, &connector.Row{ID: id, UpdatedAt: time.Unix(0, 0), Value: []byte(v)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Begin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		publish(fmt.Sprint("first-", i))
+	}
+	commit()
+	time.Sleep(50 * time.Millisecond)
+	second := time.Now().Truncate(time.Millisecond) // Kafka timestamps are milliseconds
+	if err := w.Begin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3000 {
+		id := fmt.Sprint("second-", i)
+		switch i {
+		case 1000:
+			id += strings.Repeat("x", 40_000) // longer than a key slab
+		case 2000:
+			id = "" // the empty key is a key
+		}
+		publish(id)
+	}
+	commit()
+	end := time.Now()
+	got := map[string]string{}
+	err := fold.Scan(ctx, opts, "data", func(r *kgo.Record) error {
+		k := string(r.Key)
+		got[k] = string(r.Value)
+		if ts := r.Timestamp; strings.HasPrefix(k, "second-") || k == "" {
+			if ts.Before(second) || ts.After(end) {
+				t.Errorf("record %.20q of the second transaction has timestamp %v, outside the transaction (%v to %v)", k, ts, second, end)
+			}
+		} else if !ts.Before(second) {
+			t.Errorf("record %q of the first transaction has timestamp %v, after the second began (%v)", k, ts, second)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d keys read back, want %d", len(got), len(want))
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("key %.20q: value %q, want %q", k, got[k], v)
+		}
+	}
+}

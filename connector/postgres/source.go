@@ -466,14 +466,21 @@ const (
 	maxMicros = 253402300799999999
 )
 
+// presizeRows bounds the rows readRows sizes its buffers for up front.
+const presizeRows = 8192
+
 // readRows decodes a page. Values and ids of all rows share two buffers
-// (one allocation each per page, plus growth); rows slice them.
+// (one allocation each per page, plus growth past presizeRows); rows slice
+// them.
 func (s *Source) readRows(sh *shape, rows pgx.Rows, limit int, mark *int64) ([]connector.Row, error) {
-	out := make([]connector.Row, 0, min(limit, 4096))
+	// Buffers are sized for the whole page up to presizeRows rows (a load
+	// page is 5 pages of 1000): growing them mid-page copied each one
+	// again, 8% of a load's CPU.
+	out := make([]connector.Row, 0, min(limit, presizeRows))
 	enc := rowEncoder{cols: sh.q.cols}
 	valueRow := make([][]byte, len(sh.q.valueAt))
 	var stamp []byte // the value's updated_at, a JSON string
-	expect := min(limit, 4096)
+	expect := min(limit, presizeRows)
 	var (
 		vals  = make([]byte, 0, expect*int(max(s.rowBytes.Load(), 64))*9/8)
 		ids   = make([]byte, 0, expect*int(max(s.idBytes.Load(), 8))*9/8)
