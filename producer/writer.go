@@ -75,22 +75,12 @@ type Writer struct {
 	// never reused; the GC frees it once kgo is done with its records.
 	recs []kgo.Record
 	hdrs []kgo.RecordHeader
-	tbuf []byte // updated_at headers
-	kbuf []byte // keys
-	// now is the records' timestamp, read at the start of a transaction and
-	// then once every stampEvery records rather than by kgo for each one (a
-	// clock reading per record was 2% of a load's CPU): a record's timestamp
-	// is when it was produced, give or take the time of a few dozen records
-	// of one transaction.
-	now    time.Time
-	stamps int             // records stamped with now
-	pctx   context.Context // the transaction's produce context (not cancellable)
+	tbuf []byte          // updated_at headers
+	kbuf []byte          // keys
+	pctx context.Context // the transaction's produce context (not cancellable)
 }
 
-const (
-	slab       = 1024
-	stampEvery = 64
-)
+const slab = 1024
 
 var _ connector.Publisher = (*Writer)(nil)
 
@@ -174,7 +164,6 @@ func (w *Writer) Begin(ctx context.Context) error {
 	// The records belong to the transaction, not to the caller's context:
 	// a shutdown must be able to finish it.
 	w.pctx = context.WithoutCancel(ctx)
-	w.stamps = 0 // the transaction's first record reads the clock
 	if err := w.cl.BeginTransaction(); err != nil {
 		return classify(err)
 	}
@@ -218,10 +207,6 @@ func (w *Writer) Publish(ctx context.Context, r *connector.Row) error {
 		w.recs = make([]kgo.Record, slab)
 		w.hdrs = make([]kgo.RecordHeader, 3*slab)
 	}
-	if w.stamps%stampEvery == 0 {
-		w.now = time.Now()
-	}
-	w.stamps++
 	if cap(w.tbuf)-len(w.tbuf) < 32 {
 		w.tbuf = make([]byte, 0, 32*slab)
 	}
@@ -240,7 +225,7 @@ func (w *Writer) Publish(ctx context.Context, r *connector.Row) error {
 	h[0] = kgo.RecordHeader{Key: schemas.HeaderOperation, Value: opValue(op)}
 	h[1] = kgo.RecordHeader{Key: schemas.HeaderUpdatedAt, Value: w.tbuf[start:len(w.tbuf):len(w.tbuf)]}
 	h[2] = kgo.RecordHeader{Key: schemas.HeaderConnector, Value: w.hdr}
-	*rec = kgo.Record{Topic: w.cfg.Topic, Key: w.kbuf[kstart:len(w.kbuf):len(w.kbuf)], Value: value, Headers: h, Timestamp: w.now}
+	*rec = kgo.Record{Topic: w.cfg.Topic, Key: w.kbuf[kstart:len(w.kbuf):len(w.kbuf)], Value: value, Headers: h}
 	pctx := w.pctx
 	if pctx == nil {
 		pctx = context.WithoutCancel(ctx)

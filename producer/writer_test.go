@@ -241,9 +241,9 @@ func TestRecoverClassification(t *testing.T) {
 }
 
 // Keys survive the writer's key slabs (a key longer than a slab, keys that
-// span slabs), and a record's timestamp is when its transaction produced
-// it: the writer reads the clock once per few dozen records, never carrying
-// a reading over from an earlier transaction.
+// span slabs; the empty id is the empty key, never a null key), and a
+// record's timestamp is when it was produced, also after a pause inside its
+// transaction (the engine fetches the next page with the transaction open).
 func TestRecordKeysAndTimestamps(t *testing.T) {
 	opts, w := newWriter(t, 3)
 	ctx := context.Background()
@@ -284,17 +284,30 @@ func TestRecordKeysAndTimestamps(t *testing.T) {
 		}
 		publish(id)
 	}
+	time.Sleep(50 * time.Millisecond)
+	third := time.Now().Truncate(time.Millisecond)
+	for i := range 10 {
+		publish(fmt.Sprint("third-", i))
+	}
 	commit()
 	end := time.Now()
 	got := map[string]string{}
 	err := fold.Scan(ctx, opts, "data", func(r *kgo.Record) error {
 		k := string(r.Key)
+		if r.Key == nil {
+			t.Errorf("a record has a null key (value %q)", r.Value)
+		}
 		got[k] = string(r.Value)
-		if ts := r.Timestamp; strings.HasPrefix(k, "second-") || k == "" {
+		switch ts := r.Timestamp; {
+		case strings.HasPrefix(k, "third-"):
+			if ts.Before(third) || ts.After(end) {
+				t.Errorf("record %q, produced after a pause in its transaction, has timestamp %v, before the pause ended (%v)", k, ts, third)
+			}
+		case strings.HasPrefix(k, "second-") || k == "":
 			if ts.Before(second) || ts.After(end) {
 				t.Errorf("record %.20q of the second transaction has timestamp %v, outside the transaction (%v to %v)", k, ts, second, end)
 			}
-		} else if !ts.Before(second) {
+		case !ts.Before(second):
 			t.Errorf("record %q of the first transaction has timestamp %v, after the second began (%v)", k, ts, second)
 		}
 		return nil

@@ -69,7 +69,7 @@ func (b *bench) codecLoad(ctx context.Context, table string, rows int, codec str
 	}
 	defer b.k.drop(context.WithoutCancel(ctx), r.topic, r.offsets, r.ledger)
 	pg0, _ := b.pgCP.sample()
-	brk0, busy0 := b.k.cpu(), machineBusy()
+	brk0, self0, busy0 := b.k.cpu(), selfCPU(), machineBusy()
 	p, err := b.start(r, "run", "--once", "--json", "--kafka.compression", codec)
 	if err != nil {
 		return codecLoad{}, err
@@ -77,7 +77,7 @@ func (b *bench) codecLoad(ctx context.Context, table string, rows int, codec str
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	werr := p.wait(wctx)
-	brk, busy := b.k.cpu()-brk0, machineBusy()-busy0
+	brk, self, busy := b.k.cpu()-brk0, selfCPU()-self0, machineBusy()-busy0
 	pg1, _ := b.pgCP.sample()
 	if werr != nil {
 		return codecLoad{}, fmt.Errorf("tidemark run --once: %v (log: %s)\n%s", werr, r.log, tail(r.log, 20))
@@ -100,7 +100,7 @@ func (b *bench) codecLoad(ctx context.Context, table string, rows int, codec str
 	cpu, rss := p.rusage()
 	return codecLoad{codec: codec, logBytes: size, load: loadResult{
 		kind: "tidemark", rows: n, bytes: nbytes, wall: p.wall, engine: time.Duration(c.Seconds * float64(time.Second)),
-		selfCPU: cpu, pgCPU: pg1 - pg0, brkCPU: brk, otherCPU: max(busy-cpu-brk-(pg1-pg0), 0), maxRSSKB: rss, txns: c.Transactions, pages: c.Pages,
+		selfCPU: cpu, pgCPU: pg1 - pg0, brkCPU: brk, otherCPU: max(busy-cpu-brk-self-(pg1-pg0), 0), maxRSSKB: rss, txns: c.Transactions, pages: c.Pages,
 	}}, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"log"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
@@ -72,7 +73,11 @@ func (k *broker) spawn() error {
 		return fmt.Errorf("start the broker process: %w", err)
 	}
 	k.proc, k.stdin = cmd, stdin
+	// A broker that does not say its address within a minute is killed,
+	// which ends the read below.
+	t := time.AfterFunc(time.Minute, func() { _ = cmd.Process.Kill() })
 	line, err := bufio.NewReader(stdout).ReadString('\n')
+	t.Stop()
 	if err != nil {
 		k.close()
 		return fmt.Errorf("the broker process did not say its address: %w", err)
@@ -83,8 +88,11 @@ func (k *broker) spawn() error {
 
 // serveBroker is the broker process (-serve-broker): one kfake broker on a
 // free loopback port, its address on standard output, until standard input
-// closes.
+// closes. It ignores SIGINT and SIGTERM: a Ctrl-C reaches the whole process
+// group, and the bench, stopping, still drops its topics and waits for the
+// tidemark it runs to abort its transaction, through this broker.
 func serveBroker() int {
+	signal.Ignore(os.Interrupt, syscall.SIGTERM)
 	c, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
 		log.Printf("kfake: %v", err)

@@ -60,7 +60,7 @@ func (b *bench) kcatBaseline(ctx context.Context, table string, rows int) (loadR
 	kc.Stdout = io.Discard
 
 	pg0, _ := b.pgCP.sample()
-	brk0 := b.k.cpu()
+	brk0, self0 := b.k.cpu(), selfCPU()
 	busy0 := machineBusy()
 	start := time.Now()
 	if err := kc.Start(); err != nil {
@@ -80,10 +80,10 @@ func (b *bench) kcatBaseline(ctx context.Context, table string, rows int) (loadR
 		return loadResult{}, fmt.Errorf("kcat: %w: %s", err, tailOf(kerr.String()))
 	}
 	wall := time.Since(start)
-	brk := b.k.cpu() - brk0
+	brk, self := b.k.cpu()-brk0, selfCPU()-self0
 	pg1, _ := b.pgCP.sample()
 	client := childCPU(pc) + childCPU(kc)
-	other := machineBusy() - busy0 - brk - client - (pg1 - pg0)
+	other := machineBusy() - busy0 - brk - self - client - (pg1 - pg0)
 	n, bytes, err := b.k.countCommitted(ctx, topic, int64(rows))
 	if err != nil {
 		return loadResult{}, err

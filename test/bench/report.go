@@ -218,7 +218,7 @@ func (r *results) render(o options) string {
 
 	if r.profile.cpuTop != "" {
 		fmt.Fprintf(&b, "\n## Profile of an initial load (in-process)\n\n")
-		fmt.Fprintf(&b, "%s. The kfake broker runs in the same process; its frames are dropped (`-ignore=%s`).\n\n", r.profile.summary, ignoreBroker)
+		fmt.Fprintf(&b, "%s. The kfake broker runs in a process of its own; the profile is the bench process's (`-ignore=%s` drops any broker frames).\n\n", r.profile.summary, ignoreBroker)
 		fmt.Fprintf(&b, "CPU, flat (`go tool pprof -top`):\n\n```\n%s\n```\n\nCPU, cumulative (`-top -cum`):\n\n```\n%s\n```\n\nAllocations (`-sample_index=alloc_space`):\n\n```\n%s\n```\n",
 			r.profile.cpuTop, r.profile.cumTop, r.profile.allocTop)
 	}

@@ -204,7 +204,7 @@ func (b *bench) tidemarkLoadWith(ctx context.Context, table string, rows, txn in
 	}
 	defer b.k.drop(context.WithoutCancel(ctx), r.topic, r.offsets, r.ledger)
 	pg0, _ := b.pgCP.sample()
-	brk0 := b.k.cpu()
+	brk0, self0 := b.k.cpu(), selfCPU()
 	busy0 := machineBusy()
 	p, err := b.start(r, append([]string{"run", "--once", "--json"}, extra...)...)
 	if err != nil {
@@ -213,7 +213,7 @@ func (b *bench) tidemarkLoadWith(ctx context.Context, table string, rows, txn in
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	werr := p.wait(wctx)
-	brk := b.k.cpu() - brk0
+	brk, self := b.k.cpu()-brk0, selfCPU()-self0
 	pg1, _ := b.pgCP.sample()
 	busy := machineBusy() - busy0
 	if werr != nil {
@@ -234,7 +234,7 @@ func (b *bench) tidemarkLoadWith(ctx context.Context, table string, rows, txn in
 		return loadResult{}, fmt.Errorf("topic %s holds %d committed records, want %d: %w", r.topic, n, rows, errMismatch)
 	}
 	cpu, rss := p.rusage()
-	other := busy - cpu - brk - (pg1 - pg0)
+	other := busy - cpu - brk - self - (pg1 - pg0) // the bench process itself is not "other"
 	return loadResult{otherCPU: max(other, 0),
 		kind: "tidemark", txn: txn, rows: n, bytes: nbytes, wall: p.wall,
 		engine:  time.Duration(c.Seconds * float64(time.Second)),
