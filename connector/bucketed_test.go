@@ -102,9 +102,16 @@ func TestBucketDigest(t *testing.T) {
 }
 
 // TestKeySetFilterReset: Filter keeps exactly what keep accepts, and the
-// set goes on working (lookups, puts, deletes); Reset empties it.
+// set goes on working (lookups, puts, deletes); Reset empties it. Also with
+// key hashes cut to 4 bits, so that the rebuilt index holds long runs of
+// keys that share a hash.
 func TestKeySetFilterReset(t *testing.T) {
-	ks := NewKeySet(4)
+	for _, mask := range []uint32{^uint32(0), 0xf} {
+		t.Run(fmt.Sprintf("hash mask %#x", mask), func(t *testing.T) { testKeySetFilterReset(t, NewWeakKeySet(4, mask)) })
+	}
+}
+
+func testKeySetFilterReset(t *testing.T, ks *KeySet) {
 	for i := range 5000 {
 		if _, err := ks.Put(fmt.Sprint(i), uint64(i)); err != nil {
 			t.Fatal(err)
@@ -345,8 +352,9 @@ func TestCompareBucketedEqualsInMemory(t *testing.T) {
 
 // TestTopicFold: a tombstone right after the key's tombstone is a second
 // publication of the same delete (the engine dedupes tombstones too), as is
-// an upsert that repeats the key's value; a first tombstone of a key never
-// seen, or a value after a tombstone, is not.
+// an upsert that repeats the key's value and updated_at; a first tombstone
+// of a key never seen, a value after a tombstone, or the same value of a
+// newer version (a row touched in columns the record leaves out) is not.
 func TestTopicFold(t *testing.T) {
 	f := NewTopicFold(4)
 	for _, r := range []struct{ k, v, at string }{
@@ -355,6 +363,8 @@ func TestTopicFold(t *testing.T) {
 		{"c", "1", "t1"}, {"c", "", "t2"}, {"c", "1", "t3"}, {"c", "", "t4"}, // delete, re-insert, delete: none
 		{"d", "1", "t1"}, {"d", "", "t2"}, {"d", "", "t2"}, {"d", "", "t2"}, // two duplicates
 		{"e", "", "t1"}, {"e", "", "t2"}, // two deletes of two versions (an insert between that no pass saw): none
+		{"f", "1", "t1"}, {"f", "1", "t2"}, {"f", "1", "t2"}, // a touched row, then that version again: one duplicate
+		{"g", "1", ""}, {"g", "1", ""}, // no updated_at header (another producer): the value decides
 	} {
 		var v []byte
 		if r.v != "" {
@@ -364,7 +374,7 @@ func TestTopicFold(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if f.Stats.Records != 14 || f.Stats.Tombstones != 9 || f.Stats.Duplicates != 4 || f.Live.Len() != 1 {
-		t.Errorf("stats %+v, live keys %d; want 14 records, 9 tombstones, 4 duplicates, 1 live key", f.Stats, f.Live.Len())
+	if f.Stats.Records != 19 || f.Stats.Tombstones != 9 || f.Stats.Duplicates != 6 || f.Live.Len() != 3 {
+		t.Errorf("stats %+v, live keys %d; want 19 records, 9 tombstones, 6 duplicates, 3 live keys", f.Stats, f.Live.Len())
 	}
 }

@@ -9,9 +9,11 @@ import (
 // KeySet is a compact map from record key to value digest, for comparing a
 // topic with a source by key set and content (the sweep and verify).
 //
-// Layout: one 24-byte entry per key (64-bit key hash, digest, where the
-// key's bytes sit in a single arena), the key bytes in that arena, and an
-// open-addressing index of 4-byte slots (linear probing, at most 3/4 full).
+// Layout: one 24-byte entry per key (32-bit key hash, version fingerprint,
+// digest, where the key's bytes sit in a single arena), the key bytes in
+// that arena, and an open-addressing index of 4-byte slots (linear probing,
+// at most 3/4 full). Keys whose hashes are equal are told apart by their
+// bytes.
 // With 7-byte keys that is some 40 bytes per live key: a million keys take
 // about 40 MiB (BenchmarkKeySet1M measures it). Growing the index costs 4
 // bytes per slot, so there is no doubling spike of the whole set.
@@ -22,12 +24,17 @@ type KeySet struct {
 	free  []uint32 // ents of deleted keys, reused by the next new key
 	live  int
 	arena []byte
+	// weak masks the key hash; all ones but in tests, which make hashes
+	// collide to drive the paths that tell keys apart by their bytes.
+	weak uint32
 }
 
 type ksEntry struct {
-	hash, digest uint64
-	off          uint32
-	n            uint32 // key length; the top bit flags "marked"
+	hash   uint32
+	ver    uint32 // a fingerprint of the version the digest is of (PutVersion)
+	digest uint64
+	off    uint32
+	n      uint32 // key length; the top bit flags "marked"
 }
 
 const ksMarked = 1 << 31
@@ -38,6 +45,7 @@ func NewKeySet(n int) *KeySet {
 		seed:  maphash.MakeSeed(),
 		slots: make([]uint32, slotsFor(n)),
 		ents:  make([]ksEntry, 0, n),
+		weak:  ^uint32(0),
 	}
 }
 
@@ -47,51 +55,63 @@ func slotsFor(n int) int {
 	return 1 << bits.Len(uint(want-1))
 }
 
-func (s *KeySet) hash(key string) uint64 { return maphash.String(s.seed, key) }
+func (s *KeySet) hash(key string) uint32 { return uint32(maphash.String(s.seed, key)) & s.weak }
 
 func (s *KeySet) key(e *ksEntry) string {
 	return string(s.arena[e.off : e.off+e.n&^ksMarked])
 }
 
-// probe returns the slot of hash h, or the empty slot where it would go.
-func (s *KeySet) probe(h uint64) (slot int, found bool) {
-	mask := uint64(len(s.slots) - 1)
-	for i := h & mask; ; i = (i + 1) & mask {
+// probe returns the slot of key (hash h), or the empty slot where it would
+// go.
+func (s *KeySet) probe(h uint32, key string) (slot int, found bool) {
+	mask := len(s.slots) - 1
+	for i := int(h) & mask; ; i = (i + 1) & mask {
 		v := s.slots[i]
 		if v == 0 {
-			return int(i), false
+			return i, false
 		}
-		if s.ents[v-1].hash == h {
-			return int(i), true
+		if e := &s.ents[v-1]; e.hash == h && s.key(e) == key {
+			return i, true
 		}
 	}
 }
 
+// place returns the first empty slot from hash h's home, for an entry
+// known not to be in the index (growing or rebuilding it).
+func (s *KeySet) place(h uint32) int {
+	mask := len(s.slots) - 1
+	i := int(h) & mask
+	for s.slots[i] != 0 {
+		i = (i + 1) & mask
+	}
+	return i
+}
+
 // find returns the entry of key, or nil.
 func (s *KeySet) find(key string) *ksEntry {
-	i, ok := s.probe(s.hash(key))
+	i, ok := s.probe(s.hash(key), key)
 	if !ok {
 		return nil
 	}
-	e := &s.ents[s.slots[i]-1]
-	if s.key(e) != key {
-		return nil
-	}
-	return e
+	return &s.ents[s.slots[i]-1]
 }
 
 // Put sets key's digest. It reports whether the key already held the same
 // digest (a repeated publication).
 func (s *KeySet) Put(key string, digest uint64) (same bool, err error) {
+	return s.PutVersion(key, digest, 0)
+}
+
+// PutVersion sets key's digest and the fingerprint of the row version it
+// is of. It reports whether the key already held both: the same content of
+// another version is not a repeat.
+func (s *KeySet) PutVersion(key string, digest uint64, ver uint32) (same bool, err error) {
 	h := s.hash(key)
-	i, ok := s.probe(h)
+	i, ok := s.probe(h, key)
 	if ok {
 		e := &s.ents[s.slots[i]-1]
-		if k := s.key(e); k != key {
-			return false, fmt.Errorf("key hash collision between %q and %q; rerun (the hash seed is random)", k, key)
-		}
-		same = e.digest == digest
-		e.digest = digest
+		same = e.digest == digest && e.ver == ver
+		e.digest, e.ver = digest, ver
 		return same, nil
 	}
 	if len(s.arena)+len(key) > 1<<32-1 || len(key) >= ksMarked {
@@ -99,9 +119,9 @@ func (s *KeySet) Put(key string, digest uint64) (same bool, err error) {
 	}
 	if (s.live+1)*4 > len(s.slots)*3 {
 		s.grow()
-		i, _ = s.probe(h)
+		i = s.place(h)
 	}
-	e := ksEntry{hash: h, digest: digest, off: uint32(len(s.arena)), n: uint32(len(key))}
+	e := ksEntry{hash: h, digest: digest, off: uint32(len(s.arena)), n: uint32(len(key)), ver: ver}
 	s.arena = append(s.arena, key...)
 	var at uint32
 	if n := len(s.free); n > 0 {
@@ -126,16 +146,15 @@ func (s *KeySet) grow() {
 	s.slots = make([]uint32, 2*len(old))
 	for _, v := range old {
 		if v != 0 {
-			i, _ := s.probe(s.ents[v-1].hash)
-			s.slots[i] = v
+			s.slots[s.place(s.ents[v-1].hash)] = v
 		}
 	}
 }
 
 // Delete removes key (a tombstone).
 func (s *KeySet) Delete(key string) {
-	i, ok := s.probe(s.hash(key))
-	if !ok || s.key(&s.ents[s.slots[i]-1]) != key {
+	i, ok := s.probe(s.hash(key), key)
+	if !ok {
 		return
 	}
 	s.free = append(s.free, s.slots[i]-1)
@@ -219,8 +238,7 @@ func (s *KeySet) Filter(keep func(key string) bool) {
 			s.live--
 			continue
 		}
-		i, _ := s.probe(e.hash)
-		s.slots[i] = v
+		s.slots[s.place(e.hash)] = v
 	}
 }
 

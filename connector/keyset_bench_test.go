@@ -1,6 +1,7 @@
 package connector_test
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
@@ -66,11 +67,22 @@ func BenchmarkKeySet1M(b *testing.B) {
 // TestKeySetMatchesMap drives a KeySet and a Go map with the same random
 // puts, deletes (tombstones), re-puts and marks, and compares them after
 // every step that can break open addressing (deletes inside probe runs,
-// index growth, reuse of freed entries).
+// index growth, reuse of freed entries), with full key hashes and with
+// hashes cut to 3 bits, where most keys share a hash with others.
 func TestKeySetMatchesMap(t *testing.T) {
+	for _, mask := range []uint32{^uint32(0), 0x7} {
+		t.Run(fmt.Sprintf("hash mask %#x", mask), func(t *testing.T) { testKeySetMatchesMap(t, connector.NewWeakKeySet(0, mask)) })
+	}
+}
+
+func testKeySetMatchesMap(t *testing.T, ks *connector.KeySet) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	ks := connector.NewKeySet(0)
+	type version struct {
+		digest uint64
+		ver    uint32
+	}
 	model := map[string]uint64{}
+	vers := map[string]version{}
 	marked := map[string]bool{}
 	check := func(step int) {
 		t.Helper()
@@ -87,16 +99,17 @@ func TestKeySetMatchesMap(t *testing.T) {
 		k := strconv.Itoa(rng.IntN(3000))
 		switch op := rng.IntN(10); {
 		case op < 6:
-			d := rng.Uint64() % 4
-			same, err := ks.Put(k, d)
-			old, had := model[k]
-			if err != nil || same != (had && old == d) {
-				t.Fatalf("step %d: Put(%s, %d) = %v %v; model had %v %d", step, k, d, same, err, had, old)
+			d, v := rng.Uint64()%4, rng.Uint32()%2
+			same, err := ks.PutVersion(k, d, v)
+			old, had := vers[k]
+			if err != nil || same != (had && old == version{d, v}) {
+				t.Fatalf("step %d: PutVersion(%s, %d, %d) = %v %v; model had %v %v", step, k, d, v, same, err, had, old)
 			}
-			model[k] = d
+			model[k], vers[k] = d, version{d, v}
 		case op < 9:
 			ks.Delete(k)
 			delete(model, k)
+			delete(vers, k)
 			delete(marked, k)
 		default:
 			if ks.Mark(k) != hasKey(model, k) {

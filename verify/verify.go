@@ -39,7 +39,8 @@ type Report struct {
 	Extra      int64 `json:"extra"`
 	Mismatched int64 `json:"mismatched"`
 	// Duplicates are target records that repeated their key's previous
-	// value: one row version published twice, which breaks the
+	// value and updated_at header: one row version published twice (a
+	// newer version with the same value is not one), which breaks the
 	// exactly-once promise even when the state matches (only visible in
 	// the uncompacted part of a topic). They fail the verify too.
 	Duplicates int64 `json:"duplicate_publications"`

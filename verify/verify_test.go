@@ -106,3 +106,31 @@ func TestVerifyKeyOutsideItsPartition(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyTouchedRowIsNotADuplicate: with source.columns leaving out
+// updated_at, a row updated only in columns the record leaves out is a new
+// version with the same value. The engine may publish it (a settled row is
+// not in the dedupe set), and that is not a version published twice: the
+// record's updated_at differs. The same version twice still is.
+func TestVerifyTouchedRowIsNotADuplicate(t *testing.T) {
+	at := func(ts string) []kgo.RecordHeader {
+		return []kgo.RecordHeader{{Key: schemas.HeaderUpdatedAt, Value: []byte(ts)}}
+	}
+	k, j := home("k"), home("j")
+	tp := topic(t,
+		&kgo.Record{Key: []byte("k"), Value: []byte(`{"v":1}`), Partition: k, Headers: at("2026-01-01T00:00:01.000000Z")},
+		&kgo.Record{Key: []byte("k"), Value: []byte(`{"v":1}`), Partition: k, Headers: at("2026-01-01T00:00:02.000000Z")},
+		&kgo.Record{Key: []byte("j"), Value: []byte(`{"v":2}`), Partition: j, Headers: at("2026-01-01T00:00:01.000000Z")},
+		&kgo.Record{Key: []byte("j"), Value: []byte(`{"v":2}`), Partition: j, Headers: at("2026-01-01T00:00:02.000000Z")},
+		&kgo.Record{Key: []byte("j"), Value: []byte(`{"v":2}`), Partition: j, Headers: at("2026-01-01T00:00:02.000000Z")},
+	)
+	for _, budget := range []int{0, -1} { // in memory, by buckets
+		rep, err := verify.Options{MaxKeysInMemory: budget}.Compare(context.Background(), rows{"k": `{"v":1}`, "j": `{"v":2}`}, tp, "t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rep.Matches() || rep.Duplicates != 1 {
+			t.Errorf("budget %d: a touched row and one version of j twice: matches %v, %d duplicates (want 1)\n%s", budget, rep.Matches(), rep.Duplicates, rep.Text())
+		}
+	}
+}
