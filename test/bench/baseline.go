@@ -53,7 +53,7 @@ func (r loadResult) line() string {
 
 func txnLabel(r loadResult) string {
 	switch {
-	case r.kind == "baseline" || r.kind == "kcat":
+	case r.kind == "baseline" || r.kind == "kcat" || r.kind == "pipe+lz4":
 		return "-"
 	case r.txn == 0:
 		return "default"
@@ -63,7 +63,7 @@ func txnLabel(r loadResult) string {
 
 func cpuWho(r loadResult) string {
 	switch r.kind {
-	case "baseline":
+	case "baseline", "pipe+lz4":
 		return "client"
 	case "kcat":
 		return "psql+kcat"
@@ -83,6 +83,17 @@ func selfCPU() time.Duration {
 // Java murmur2 partitioner, 5 ms linger, no compression). No order, no
 // checkpoint, no guarantees: the ceiling of this machine.
 func (b *bench) baseline(ctx context.Context, table string, rows int) (loadResult, error) {
+	return b.goPipe(ctx, table, rows, false)
+}
+
+// goPipe is baseline, with lz4 compression (tidemark's default) when lz4 is
+// set: the pipe then pays for compression as tidemark does, and its broker
+// stores as few bytes.
+func (b *bench) goPipe(ctx context.Context, table string, rows int, lz4 bool) (loadResult, error) {
+	kind, codec := "baseline", kgo.NoCompression()
+	if lz4 {
+		kind, codec = "pipe+lz4", kgo.Lz4Compression()
+	}
 	topic := b.next("baseline")
 	if err := b.k.createTopic(ctx, topic, 6); err != nil {
 		return loadResult{}, err
@@ -92,7 +103,7 @@ func (b *bench) baseline(ctx context.Context, table string, rows int) (loadResul
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerLinger(5*time.Millisecond),
-		kgo.ProducerBatchCompression(kgo.NoCompression()),
+		kgo.ProducerBatchCompression(codec),
 		kgo.MaxBufferedRecords(100_000))
 	if err != nil {
 		return loadResult{}, err
@@ -146,7 +157,7 @@ func (b *bench) baseline(ctx context.Context, table string, rows int) (loadResul
 	if n != int64(rows) {
 		return loadResult{}, fmt.Errorf("topic holds %d records, want %d: %w", n, rows, errMismatch)
 	}
-	return loadResult{kind: "baseline", rows: w.rows, bytes: w.bytes, wall: wall, selfCPU: cpu, pgCPU: pg1 - pg0, brkCPU: brk, otherCPU: max(other, 0)}, nil
+	return loadResult{kind: kind, rows: w.rows, bytes: w.bytes, wall: wall, selfCPU: cpu, pgCPU: pg1 - pg0, brkCPU: brk, otherCPU: max(other, 0)}, nil
 }
 
 // copyProducer turns COPY text-format lines "id<TAB>json" into records.
