@@ -103,14 +103,15 @@ func (s *KeySet) Put(key string, digest uint64) (same bool, err error) {
 }
 
 // PutVersion sets key's digest and the fingerprint of the row version it
-// is of. It reports whether the key already held both: the same content of
-// another version is not a repeat.
+// is of (0: not known). It reports whether the key already held the same
+// digest of the same version, or of a version either side does not know:
+// the same content of another known version is not a repeat.
 func (s *KeySet) PutVersion(key string, digest uint64, ver uint32) (same bool, err error) {
 	h := s.hash(key)
 	i, ok := s.probe(h, key)
 	if ok {
 		e := &s.ents[s.slots[i]-1]
-		same = e.digest == digest && e.ver == ver
+		same = e.digest == digest && (e.ver == ver || e.ver == 0 || ver == 0)
 		e.digest, e.ver = digest, ver
 		return same, nil
 	}

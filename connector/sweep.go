@@ -80,8 +80,10 @@ func (f *TopicFold) Add(key, value, updatedAt []byte) (dup bool, err error) {
 	return dup, err
 }
 
-// versionOf fingerprints a record's updated_at header (0 when there is
-// none: a record of another producer), for TopicFold's repeat test.
+// versionOf fingerprints a record's updated_at header, for TopicFold's
+// repeat test; 0 when there is none (a record of another producer), which
+// KeySet.PutVersion treats as any version, so that a value repeated
+// without a header is still a repeat.
 func versionOf(updatedAt []byte) uint32 {
 	if len(updatedAt) == 0 {
 		return 0
