@@ -41,10 +41,10 @@ type TopicStats struct {
 // TopicFold folds a topic's records by key, in offset order per
 // partition: Live holds every live key with the digest of its last value,
 // and a tombstone deletes. It counts what it read, and as Duplicates every
-// record that repeats its key's previous one: the same value again (the
-// value holds the row's updated_at), or a tombstone right after a
-// tombstone with the same updated_at header. Both are one row version
-// published twice: the engine dedupes deletes as it dedupes values. (Two
+// record that repeats its key's previous one: the same value with the same
+// updated_at header (a record without the header, or after one without,
+// repeats by its value alone), or a tombstone right after a tombstone with
+// the same updated_at header. Both are one row version published twice: the engine dedupes deletes as it dedupes values. (Two
 // deletes of different versions, with an insert between them that no pass
 // saw, are two versions.)
 type TopicFold struct {
