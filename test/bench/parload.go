@@ -140,31 +140,25 @@ func (r *results) parSummary(b *strings.Builder) {
 	if len(r.par.runs) == 0 {
 		return
 	}
-	var parts []string
-	for _, w := range loadWorkerSettings {
-		parts = append(parts, fmt.Sprintf("%d: %.2f", w, median(r.par.ratios(w))))
-	}
-	w, best := r.par.best(goPipe)
-	fmt.Fprintf(b, "| initial load on a table with shuffled updated_at / raw unordered pipe (COPY into a Go idempotent producer), by sync.load_workers, median of %d rounds | %s (best %d workers: **%.2f**) | >= %.1f | %s |\n",
-		r.par.rounds, strings.Join(parts, "; "), w, best, parGoal, verdict(best >= parGoal))
+	r.parRow(b, goPipe, "initial load on a table with shuffled updated_at / raw unordered pipe (COPY into a Go idempotent producer), by sync.load_workers", fmt.Sprintf(">= %.1f", parGoal))
 	if len(r.par.of(kcatPipe)) > 0 {
-		parts = parts[:0]
-		for _, wk := range loadWorkerSettings {
-			parts = append(parts, fmt.Sprintf("%d: %.2f", wk, median(r.par.ratiosVs(wk, kcatPipe))))
-		}
-		w, best := r.par.best(kcatPipe)
-		fmt.Fprintf(b, "| the same / the issue's literal pipe `psql -c \"COPY ...\" \\| kcat -P` (idempotent librdkafka producer), median of %d rounds | %s (best %d workers: **%.2f**) | >= %.1f | %s |\n",
-			r.par.rounds, strings.Join(parts, "; "), w, best, parGoal, verdict(best >= parGoal))
+		r.parRow(b, kcatPipe, "the same / the issue's literal pipe `psql -c \"COPY ...\" \\| kcat -P` (idempotent librdkafka producer)", fmt.Sprintf(">= %.1f", parGoal))
 	}
 	if len(r.par.of(goPipeLZ4)) > 0 {
-		parts = parts[:0]
-		for _, wk := range loadWorkerSettings {
-			parts = append(parts, fmt.Sprintf("%d: %.2f", wk, median(r.par.ratiosVs(wk, goPipeLZ4))))
-		}
-		w, best := r.par.best(goPipeLZ4)
-		fmt.Fprintf(b, "| the same / the Go pipe with lz4, as tidemark compresses by default (the pipes above send uncompressed, as `kcat -P` does by default), median of %d rounds | %s (best %d workers: **%.2f**) | (>= %.1f) | %s |\n",
-			r.par.rounds, strings.Join(parts, "; "), w, best, parGoal, verdict(best >= parGoal))
+		r.parRow(b, goPipeLZ4, "the same / the Go pipe with lz4, as tidemark compresses by default (the pipes above send uncompressed, as `kcat -P` does by default)", fmt.Sprintf("(>= %.1f)", parGoal))
 	}
+}
+
+// parRow writes one summary row: each worker setting's median ratio over
+// pipe, and the best.
+func (r *results) parRow(b *strings.Builder, pipe int, what, target string) {
+	var parts []string
+	for _, w := range loadWorkerSettings {
+		parts = append(parts, fmt.Sprintf("%d: %.2f", w, median(r.par.ratiosVs(w, pipe))))
+	}
+	w, best := r.par.best(pipe)
+	fmt.Fprintf(b, "| %s, median of %d rounds | %s (best %d workers: **%.2f**) | %s | %s |\n",
+		what, r.par.rounds, strings.Join(parts, "; "), w, best, target, verdict(best >= parGoal))
 }
 
 // renderPar writes the section.
