@@ -3,8 +3,9 @@ package connector
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"time"
+
+	"github.com/cespare/xxhash/v2"
 
 	"github.com/tidemark/tidemark/schemas"
 )
@@ -44,9 +45,10 @@ type TopicStats struct {
 // record that repeats its key's previous one: the same value with the same
 // updated_at header (a record without the header, or after one without,
 // repeats by its value alone), or a tombstone right after a tombstone with
-// the same updated_at header. Both are one row version published twice: the engine dedupes deletes as it dedupes values. (Two
-// deletes of different versions, with an insert between them that no pass
-// saw, are two versions.)
+// the same updated_at header. Both are one row version published twice:
+// the engine dedupes deletes as it dedupes values. (Two deletes of
+// different versions, with an insert between them that no pass saw, are
+// two versions.)
 type TopicFold struct {
 	Live  *KeySet
 	dead  *KeySet // keys whose last record is a tombstone: digest of its updated_at
@@ -88,9 +90,7 @@ func versionOf(updatedAt []byte) uint32 {
 	if len(updatedAt) == 0 {
 		return 0
 	}
-	h := fnv.New32a()
-	h.Write(updatedAt)
-	return h.Sum32() | 1
+	return uint32(xxhash.Sum64(updatedAt)) | 1
 }
 
 // Len is the number of keys the fold holds: live, and deleted last.

@@ -58,13 +58,15 @@ func home(key string) int32 {
 	return int32(kgo.StickyKeyPartitioner(nil).ForTopic("").Partition(&kgo.Record{Key: []byte(key)}, 2))
 }
 
+// at is the updated_at header of a record of version ts.
+func at(ts string) []kgo.RecordHeader {
+	return []kgo.RecordHeader{{Key: schemas.HeaderUpdatedAt, Value: []byte(ts)}}
+}
+
 // TestVerifyTombstoneTwice: a delete published twice is a row version
 // published twice, as a value is; two deletes of two versions (an insert
 // between them that no pass saw) are not.
 func TestVerifyTombstoneTwice(t *testing.T) {
-	at := func(ts string) []kgo.RecordHeader {
-		return []kgo.RecordHeader{{Key: schemas.HeaderUpdatedAt, Value: []byte(ts)}}
-	}
 	p, m := home("k"), home("m")
 	tp := topic(t,
 		&kgo.Record{Key: []byte("k"), Value: []byte(`{"v":1}`), Partition: p, Headers: at("2026-01-01T00:00:01.000000Z")},
@@ -113,9 +115,6 @@ func TestVerifyKeyOutsideItsPartition(t *testing.T) {
 // not in the dedupe set), and that is not a version published twice: the
 // record's updated_at differs. The same version twice still is.
 func TestVerifyTouchedRowIsNotADuplicate(t *testing.T) {
-	at := func(ts string) []kgo.RecordHeader {
-		return []kgo.RecordHeader{{Key: schemas.HeaderUpdatedAt, Value: []byte(ts)}}
-	}
 	k, j := home("k"), home("j")
 	tp := topic(t,
 		&kgo.Record{Key: []byte("k"), Value: []byte(`{"v":1}`), Partition: k, Headers: at("2026-01-01T00:00:01.000000Z")},
