@@ -51,6 +51,15 @@ type PageRequest struct {
 	// full pass's mark, is sure to leave out (docs/design.md, "Head
 	// passes").
 	Settle string
+	// From and Before, when set, bound a page to one window of updated_at,
+	// [From, Before), for sources that implement Windower; the engine sets
+	// them only for those. From applies to a window's first page (Cursor
+	// ""), in place of Since when later than it; Before (exclusive) to
+	// every page of the window. With Before set, End and Last speak of
+	// the window: nothing in it follows. Windows cut a full pass into
+	// short pages, between which head passes run (docs/design.md, "Head
+	// passes during a full pass").
+	From, Before time.Time
 	// Steps are the head passes since the last full pass, for a full pass
 	// (docs/design.md, "Head passes"), in the order they ran: the source
 	// may also leave out a row version dated at or after a step's Since
@@ -90,6 +99,13 @@ type Source interface {
 	// Page returns the next page of a pass. Rows must be strictly after the
 	// request's cursor in the source's total order, and not before Since.
 	Page(ctx context.Context, req PageRequest) (Page, error)
+}
+
+// Windower is implemented by sources whose Page honours
+// PageRequest.From and Before. Discovered by type assertion.
+type Windower interface {
+	// Windows reports whether pages may be bounded to windows now.
+	Windows() bool
 }
 
 // Horizon is a sample of the upstream's clock and its oldest open writer.

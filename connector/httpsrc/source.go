@@ -78,6 +78,10 @@ func (s *Source) sameOrigin(u *url.URL) bool {
 // Link wrap connector.ErrPermanent; anything else (retries exhausted) is
 // transient, and the engine resumes from its checkpoint.
 func (s *Source) Page(ctx context.Context, req connector.PageRequest) (connector.Page, error) {
+	if !req.From.IsZero() || !req.Before.IsZero() {
+		// The engine bounds pages only for a connector.Windower.
+		return connector.Page{}, errors.New("the HTTP source cannot bound a page to a window of updated_at (PageRequest.From, Before)")
+	}
 	u, err := s.pageURL(req)
 	if err != nil {
 		return connector.Page{}, err

@@ -54,6 +54,10 @@ type queries struct {
 	all   string // first page, no lower bound: $1 limit, $2 skip, $3 and $4 steps
 	since string // first page: $1 since, $2 limit, $3 skip, $4 and $5 steps
 	next  string // later pages: $1 updated_at, $2 id text, $3 limit, $4 skip, $5 and $6 steps
+	// sinceBefore and nextBefore are since and next bounded above by a
+	// window's end (PageRequest.Before): $6 and $7. Statements of their
+	// own, so that the bound stops the index scan whatever the plan.
+	sinceBefore, nextBefore string
 	// formats requests updated_at in binary (8-byte microseconds, no
 	// parsing) and everything else as text, which is what the value
 	// encoder converts.
@@ -200,19 +204,22 @@ func buildQueries(cfg Config, t *table) queries {
 		where = append(where, "true")
 		load[v] = head + " WHERE " + strings.Join(where, " AND ") + filter + " ORDER BY " + id + " LIMIT $" + strconv.Itoa(n)
 	}
+	after := " WHERE (" + ua + ", " + id + ") > ($1, $2::text::" + t.idKind.sqlType() + ")" + skip(4)
 	return queries{
-		load:    load,
-		all:     head + " WHERE true" + skip(2) + filter + order + "$1",
-		since:   head + " WHERE " + ua + " >= $1" + skip(3) + filter + order + "$2",
-		next:    head + " WHERE (" + ua + ", " + id + ") > ($1, $2::text::" + t.idKind.sqlType() + ")" + skip(4) + filter + order + "$3",
-		formats: formats,
-		prefix:  prefix,
-		width:   width,
-		valueAt: valueAt,
-		cols:    cols,
-		types:   types,
-		names:   names,
-		marks:   marks,
+		load:        load,
+		all:         head + " WHERE true" + skip(2) + filter + order + "$1",
+		since:       head + " WHERE " + ua + " >= $1" + skip(3) + filter + order + "$2",
+		next:        head + after + filter + order + "$3",
+		sinceBefore: head + " WHERE " + ua + " >= $1 AND " + ua + " < $6" + skip(3) + filter + order + "$2",
+		nextBefore:  head + after + " AND " + ua + " < $7" + filter + order + "$3",
+		formats:     formats,
+		prefix:      prefix,
+		width:       width,
+		valueAt:     valueAt,
+		cols:        cols,
+		types:       types,
+		names:       names,
+		marks:       marks,
 	}
 }
 
@@ -296,7 +303,7 @@ func prepare(ctx context.Context, pool *pgxpool.Pool, sh *shape) error {
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Release()
-	for _, sql := range append([]string{sh.q.all, sh.q.since, sh.q.next}, sh.q.load[:]...) {
+	for _, sql := range append([]string{sh.q.all, sh.q.since, sh.q.next, sh.q.sinceBefore, sh.q.nextBefore}, sh.q.load[:]...) {
 		if _, err := conn.Conn().Prepare(ctx, "", sql); err != nil {
 			if ctx.Err() == nil && isSQLError(err) {
 				return fmt.Errorf("%w: the page query for %s is rejected by PostgreSQL (check filter and columns): %w", ErrBadConfig, sh.tbl.ident, err)
@@ -382,6 +389,10 @@ func (s *Source) Page(ctx context.Context, req connector.PageRequest) (connector
 	return s.page(ctx, s.pool, req)
 }
 
+// Windows reports that pages may be bounded to windows of updated_at
+// (PageRequest.From and Before): always, for a table.
+func (s *Source) Windows() bool { return true }
+
 func (s *Source) page(ctx context.Context, q querier, req connector.PageRequest) (connector.Page, error) {
 	if req.Limit <= 0 {
 		return connector.Page{}, fmt.Errorf("page limit %d: must be positive", req.Limit)
@@ -432,13 +443,24 @@ func (s *Source) query(ctx context.Context, q querier, sh *shape, req connector.
 		rows pgx.Rows
 		err  error
 	)
+	since := req.Since
+	if req.Cursor == "" && req.From.After(since) {
+		since = req.From
+	}
+	before := !req.Before.IsZero()
 	switch {
+	case req.Cursor != "" && before:
+		rows, err = q.Query(ctx, sh.q.nextBefore, append(append([]any{sh.q.formats, k.time(), k.id, req.Limit}, skips...), req.Before)...)
 	case req.Cursor != "":
 		rows, err = q.Query(ctx, sh.q.next, append([]any{sh.q.formats, k.time(), k.id, req.Limit}, skips...)...)
-	case req.Since.IsZero():
+	case since.IsZero() && before:
+		return nil, errors.New("a page bounded above (PageRequest.Before) needs a lower bound (Since or From)")
+	case since.IsZero():
 		rows, err = q.Query(ctx, sh.q.all, append([]any{sh.q.formats, req.Limit}, skips...)...)
+	case before:
+		rows, err = q.Query(ctx, sh.q.sinceBefore, append(append([]any{sh.q.formats, since, req.Limit}, skips...), req.Before)...)
 	default:
-		rows, err = q.Query(ctx, sh.q.since, append([]any{sh.q.formats, req.Since, req.Limit}, skips...)...)
+		rows, err = q.Query(ctx, sh.q.since, append([]any{sh.q.formats, since, req.Limit}, skips...)...)
 	}
 	if err != nil {
 		return nil, err
