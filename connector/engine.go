@@ -225,6 +225,14 @@ type Engine struct {
 	// steps are the head passes finished and committed since the last
 	// full pass, for the next one (PageRequest.Steps).
 	steps []Step
+	// forceHead makes the next pass a head pass: one run between two
+	// pages of a full pass. fullHeads counts the head passes that ended
+	// during the open full pass (docs/design.md, "Head passes during a
+	// full pass"). passEnded is when the last pass ended, for MinPassGap.
+	forceHead  bool
+	fullHeads  int
+	stepsAdded int
+	passEnded  time.Time
 	// headEnded is set by the end of a head pass for the commit that
 	// follows (CommitInfo.HeadPass).
 	headEnded bool
@@ -759,6 +767,10 @@ func (e *Engine) idle(ctx context.Context) bool {
 func (e *Engine) headNext() bool {
 	woke := e.woke
 	e.woke = false
+	if e.forceHead {
+		e.forceHead = false
+		return true
+	}
 	return woke && e.cp.Watermark != "" && !e.fullAt.IsZero() && time.Since(e.fullAt) < e.cfg.PollInterval
 }
 

@@ -29,6 +29,7 @@ func (e *Engine) pass(ctx context.Context) error {
 	if e.cp.Phase == schemas.PhaseLoad || e.cp.Phase == schemas.PhaseIdle && e.cp.Watermark == "" && e.keyOrdered() {
 		return e.keyLoad(ctx, now)
 	}
+	fresh := false
 	switch e.cp.Phase {
 	case schemas.PhasePass:
 		// Resume the open pass at its stored cursor and lower bound.
@@ -123,6 +124,7 @@ func (e *Engine) pass(ctx context.Context) error {
 		}
 		e.cp.PassMax = ""
 		e.cp.Cursor = ""
+		fresh = true
 	}
 
 	var since time.Time
@@ -163,9 +165,35 @@ func (e *Engine) pass(ctx context.Context) error {
 			skip, mark = "", ""
 		}
 	case e.cp.HeadsSinceFull:
-		steps = e.steps
+		// A copy: head passes that end during this pass add steps.
+		steps = slices.Clone(e.steps)
 	}
-	e.log.Debug("pass", "phase", e.cp.Phase, "head", e.cp.PassHead, "since", orInf(e.cp.PassLow), "cursor", e.cp.Cursor)
+	// A full pass over a window of time is cut into windows of updated_at,
+	// and a wake-up that arrives between two of its pages runs a head pass
+	// there (docs/design.md, "Head passes during a full pass"). Its rows
+	// are then settled only by the mark a pass that redoes it skips by:
+	// after a restart, the checkpoint a head pass committed in between
+	// has the next full pass start over.
+	var win windows
+	nest := fresh && e.cfg.Wake != nil && e.cp.Phase == schemas.PhasePass && !e.cp.PassHead && !since.IsZero()
+	if w, ok := src.(Windower); nest && ok && w.Windows() {
+		win = newWindows(since, e.clockAt)
+	}
+	nest = nest && win.n > 0
+	if !e.cp.PassHead {
+		e.fullHeads = 0
+	}
+	if nest {
+		if settle = e.fullMark(); settle == "" {
+			skip, mark = "", ""
+		}
+	}
+	e.log.Debug("pass", "phase", e.cp.Phase, "head", e.cp.PassHead, "since", orInf(e.cp.PassLow), "cursor", e.cp.Cursor, "windows", win.n)
+	// request is the page request after cursor (in the open window).
+	request := func(cursor string) PageRequest {
+		return PageRequest{Since: since, From: win.from(), Before: win.before(), Cursor: cursor, Limit: e.cfg.PageSize, Skip: skip, Mark: mark, Settle: settle, Steps: steps}
+	}
+	cursor := e.cp.Cursor // the open window's cursor
 	pages := 0
 	// ahead is the next page, fetched while the transaction before it
 	// commits (a commit part way through the pass), so that the page joins
@@ -177,14 +205,14 @@ func (e *Engine) pass(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return e.finish(ctx)
 		}
-		req := PageRequest{Since: since, Cursor: e.cp.Cursor, Limit: e.cfg.PageSize, Skip: skip, Mark: mark, Settle: settle, Steps: steps}
+		req := request(cursor)
 		fetchStart := time.Now()
 		var (
 			page Page
 			err  error
 			cut  bool
 		)
-		if ahead != nil && ahead.req.Cursor == req.Cursor && !e.txOpen {
+		if ahead != nil && ahead.req.Cursor == req.Cursor && ahead.req.From.Equal(req.From) && ahead.req.Before.Equal(req.Before) && !e.txOpen {
 			page, err = ahead.wait()
 			fetchStart = time.Now().Add(-ahead.took) // the fetch's own time, not the commit's
 			ahead = nil
@@ -231,7 +259,17 @@ func (e *Engine) pass(ctx context.Context) error {
 		failpoint.Hit(failpoint.AfterProduce)
 		e.txPages++
 		e.cp.Counters.Pages++
-		if page.End || page.Last {
+		if len(page.Rows) > 0 && page.Next != "" {
+			cursor = page.Next
+		}
+		if (page.End || page.Last) && !win.last() {
+			// The window is read: the next one starts from its From.
+			if len(page.Rows) > 0 {
+				e.cp.Cursor = page.Next
+			}
+			win.advance()
+			cursor = ""
+		} else if page.End || page.Last {
 			e.reportFuture()
 			ev := endEvidence{at: e.cfg.Now(), cursor: req.Cursor, since: orInf(e.cp.PassLow), pages: pages}
 			if page.Last {
@@ -243,21 +281,129 @@ func (e *Engine) pass(ctx context.Context) error {
 			}
 			e.lastEnd = ev
 			return nil
+		} else {
+			if page.Next == "" {
+				e.abort(ctx)
+				return fmt.Errorf("source returned a page without a next cursor and without an end signal (cursor %q): %w", req.Cursor, ErrPermanent)
+			}
+			e.cp.Cursor = page.Next
 		}
-		if page.Next == "" {
-			e.abort(ctx)
-			return fmt.Errorf("source returned a page without a next cursor and without an end signal (cursor %q): %w", req.Cursor, ErrPermanent)
+		if nest && e.wakePending() {
+			// A wake-up between two pages of a full pass: what this
+			// pass produced so far is committed with its position, and
+			// a head pass runs now. The page fetched ahead, if any, read
+			// an older snapshot than the head pass's, so it is dropped.
+			ahead.stop()
+			ahead = nil
+			if e.txOpen {
+				if err := e.commit(ctx); err != nil {
+					return err
+				}
+			}
+			if err := e.headBetween(ctx); err != nil {
+				return err
+			}
+			continue
 		}
-		e.cp.Cursor = page.Next
 		if e.txFull() {
 			// No transaction is open once the commit returns, so the
 			// page fetched meanwhile needs no transaction deadline.
-			ahead = fetchNext(ctx, src, PageRequest{Since: since, Cursor: e.cp.Cursor, Limit: e.cfg.PageSize, Skip: skip, Mark: mark, Settle: settle, Steps: steps})
+			ahead = fetchNext(ctx, src, request(cursor))
 			if err := e.commit(ctx); err != nil {
 				return err
 			}
 		}
 	}
+}
+
+// fullWindows is the number of windows of updated_at a full pass that
+// head passes may interrupt is cut into; minWindow is the narrowest.
+const (
+	fullWindows = 16
+	minWindow   = time.Millisecond
+)
+
+// windows cuts [lo, hi) into n windows of equal width, the last one open
+// above (docs/design.md, "Head passes during a full pass"). The zero value
+// is one open window: no bounds.
+type windows struct {
+	lo    time.Time
+	width time.Duration
+	n, i  int
+}
+
+func newWindows(lo, hi time.Time) windows {
+	w := hi.Sub(lo) / fullWindows
+	w = w.Truncate(time.Microsecond)
+	if w < minWindow {
+		return windows{}
+	}
+	return windows{lo: lo.Truncate(time.Microsecond), width: w, n: fullWindows}
+}
+
+// from is the open window's lower bound (zero for the first).
+func (w *windows) from() time.Time {
+	if w.i == 0 {
+		return time.Time{}
+	}
+	return w.lo.Add(time.Duration(w.i) * w.width)
+}
+
+// before is the open window's upper bound (zero for the last).
+func (w *windows) before() time.Time {
+	if w.last() {
+		return time.Time{}
+	}
+	return w.lo.Add(time.Duration(w.i+1) * w.width)
+}
+
+func (w *windows) last() bool { return w.i >= w.n-1 }
+func (w *windows) advance()   { w.i++ }
+
+// wakePending takes a wake-up that has arrived, if MinPassGap allows a
+// pass now.
+func (e *Engine) wakePending() bool {
+	if e.cfg.MinPassGap > 0 && time.Since(e.passEnded) < e.cfg.MinPassGap {
+		return false
+	}
+	select {
+	case <-e.cfg.Wake:
+		return true
+	default:
+		return false
+	}
+}
+
+// headBetween runs a head pass between two pages of the open full pass,
+// which then goes on where it was. The full pass's state is set aside;
+// the head pass's commits carry its own, so a restart after them begins
+// with a full pass (docs/design.md, "Head passes during a full pass").
+func (e *Engine) headBetween(ctx context.Context) error {
+	cp := e.cp
+	saved := struct {
+		phase                           string
+		low, max, horizon, mark, cursor string
+		clockAt, clockThen              time.Time
+		future                          int
+		futureID                        string
+		rereadBelow                     int64
+		passW                           bool
+	}{cp.Phase, cp.PassLow, cp.PassMax, cp.PassHorizon, cp.PassMark, cp.Cursor,
+		e.clockAt, e.clockThen, e.future, e.futureID, e.rereadBelow, e.passW}
+	cp.Phase, cp.Cursor = schemas.PhaseIdle, ""
+	e.forceHead = true
+	added := e.stepsAdded
+	err := e.pass(ctx)
+	e.forceHead = false
+	if err != nil {
+		return err
+	}
+	e.fullHeads += e.stepsAdded - added
+	cp.Phase, cp.PassHead = saved.phase, false
+	cp.PassLow, cp.PassMax, cp.PassHorizon, cp.PassMark, cp.Cursor = saved.low, saved.max, saved.horizon, saved.mark, saved.cursor
+	e.clockAt, e.clockThen, e.future, e.futureID = saved.clockAt, saved.clockThen, saved.future, saved.futureID
+	e.rereadBelow, e.passW = saved.rereadBelow, saved.passW
+	return nil
 }
 
 // fetchAhead is a page fetch running in its own goroutine.
@@ -459,7 +605,7 @@ func (e *Engine) endPass(ctx context.Context) error {
 			e.cp.Watermark = schemas.FormatTime(cand)
 		}
 	}
-	wasPass, low := e.cp.Phase, e.cp.PassLow
+	wasPass, low, passCap := e.cp.Phase, e.cp.PassLow, e.cp.PassHorizon
 	// A finished head pass is a step of the next full pass, once its
 	// transaction is committed; a full pass ends the steps.
 	var step *Step
@@ -471,7 +617,12 @@ func (e *Engine) endPass(ctx context.Context) error {
 		step = &Step{Mark: e.cp.PassMark, Since: t}
 	}
 	if !e.cp.PassHead {
-		e.steps = nil
+		// The head passes that ended during this full pass are the
+		// steps of the next one: they began after it, so their marks
+		// are at or above its mark.
+		keep := min(e.fullHeads, len(e.steps))
+		e.steps = slices.Clone(e.steps[len(e.steps)-keep:])
+		e.fullHeads = 0
 		if wasPass == schemas.PhasePass {
 			// The poll interval of head passes counts from here: a full
 			// pass slower than it is followed by head passes, not by
@@ -495,10 +646,22 @@ func (e *Engine) endPass(ctx context.Context) error {
 		}
 	} else {
 		e.cp.HeadsSinceFull, e.cp.FullMark, e.cp.FullWatermark = false, "", ""
+		// Head passes during this full pass may have moved W past the
+		// clock at its start. A row they could not see, dated below W and
+		// committed after this pass had read its place, committed after
+		// that clock: the next full pass reads from no later than it,
+		// less the margin, and skips by this pass's mark
+		// (docs/design.md, "Head passes during a full pass").
+		if fw, err := e.fullEnd(passCap); err != nil {
+			return err
+		} else if wasPass == schemas.PhasePass && fw != "" {
+			e.cp.HeadsSinceFull, e.cp.FullMark, e.cp.FullWatermark = true, e.cp.PassMark, fw
+		}
 	}
 	e.cp.PassHead = false
 	e.cp.SeenMark, e.cp.PassMark = e.cp.PassMark, ""
 	e.cp.Counters.Passes++
+	e.passEnded = time.Now()
 	// A pass that published nothing and moved nothing commits nothing: an
 	// unchanged table costs no transaction. The committed checkpoint
 	// already says "idle at W", unless the pass was resumed.
@@ -516,6 +679,27 @@ func (e *Engine) endPass(ctx context.Context) error {
 	return nil
 }
 
+// fullEnd returns the watermark the next full pass reads from when head
+// passes moved W past passCap, the cap of the full pass ending now (its
+// clock at the start), or "" when W is not past it.
+func (e *Engine) fullEnd(passCap string) (string, error) {
+	if passCap == "" || e.cp.Watermark == "" {
+		return "", nil
+	}
+	c, err := schemas.ParseTime(passCap)
+	if err != nil {
+		return "", e.corrupt("pass_horizon", err)
+	}
+	w, err := schemas.ParseTime(e.cp.Watermark)
+	if err != nil {
+		return "", e.corrupt("watermark", err)
+	}
+	if !w.After(c) {
+		return "", nil
+	}
+	return passCap, nil
+}
+
 // maxSteps bounds the head passes a full pass skips by (see pass): past
 // it the oldest is dropped, and the full pass reads its rows again.
 const maxSteps = 128
@@ -528,6 +712,7 @@ func (e *Engine) addStep(st *Step) {
 		e.steps = slices.Delete(e.steps, 0, len(e.steps)-maxSteps+1)
 	}
 	e.steps = append(e.steps, *st)
+	e.stepsAdded++
 }
 
 // commit ends the open transaction with the checkpoint. Only after a

@@ -28,6 +28,10 @@ type passCounter struct {
 	// that reads from before it (full passes, with a long margin).
 	slowBelow time.Time
 	slow      time.Duration
+	// onPage, when set, runs before every page is read, in the engine's
+	// goroutine; reqs are all the page requests, in order.
+	onPage func(ctx context.Context, req connector.PageRequest)
+	reqs   []connector.PageRequest
 }
 
 func (p *passCounter) Page(ctx context.Context, req connector.PageRequest) (connector.Page, error) {
@@ -35,8 +39,15 @@ func (p *passCounter) Page(ctx context.Context, req connector.PageRequest) (conn
 	if p.noSteps {
 		req.Steps = nil
 	}
+	p.reqs = append(p.reqs, req)
+	onPage := p.onPage
 	p.mu.Unlock()
-	if req.Cursor == "" {
+	if onPage != nil {
+		onPage(ctx, req)
+	}
+	// A pass's first page: no cursor, and not a later window of a full
+	// pass (PageRequest.From).
+	if req.Cursor == "" && req.From.IsZero() {
 		p.mu.Lock()
 		p.passes++
 		p.firsts = append(p.firsts, req)
