@@ -206,6 +206,17 @@ func TestRerunUnchangedTablePublishesNothing(t *testing.T) {
 			st := r.AssertTable()
 			rig.AssertNoDupes(t, st)
 			seq := r.Checkpoint().Seq
+			// A pass's mark is the cluster's oldest running transaction
+			// id: when anything else in the cluster takes one (an
+			// autoanalyze writes statistics), the re-run records the new
+			// mark, which costs a transaction with no records.
+			horizon := func() (x int64) {
+				if err := r.DB.Pool.QueryRow(context.Background(), `SELECT txid_snapshot_xmin(txid_current_snapshot())`).Scan(&x); err != nil {
+					t.Fatal(err)
+				}
+				return x
+			}
+			x0 := horizon()
 			wantRead := int64(0)
 			if held {
 				wantRead = 9
@@ -217,8 +228,10 @@ func TestRerunUnchangedTablePublishesNothing(t *testing.T) {
 				}
 				assertRerunPublishesNothing(t, r, r.Src, cfg, nil, st.Records)
 			}
-			if got := r.Checkpoint().Seq; got != seq {
+			if got, x1 := r.Checkpoint().Seq, horizon(); got != seq && (x1 == x0 || held) {
 				t.Errorf("re-runs committed %d transactions over an unchanged table", got-seq)
+			} else if got != seq {
+				t.Logf("re-runs committed %d transactions: the cluster's oldest running transaction id moved from %d to %d meanwhile", got-seq, x0, x1)
 			}
 		})
 	}
