@@ -140,8 +140,10 @@ func (e *Engine) floor() (int64, error) {
 	// which head passes may have moved W (docs/design.md, "Head passes").
 	// (Without head passes that W is the watermark, already below w.) An
 	// open head pass that is the first since a full pass keeps, at its
-	// end, the W it started from.
-	if e.cp.HeadsSinceFull || e.cp.Phase == schemas.PhasePass && e.cp.PassHead {
+	// end, the W it started from. So does an open full pass that head
+	// passes may interrupt: they read from W, below what it has read
+	// (docs/design.md, "Head passes during a full pass").
+	if e.cp.HeadsSinceFull || e.cp.Phase == schemas.PhasePass && (e.cp.PassHead || e.nestOpen) {
 		f, err := parseFloor(e.fullWatermark())
 		if err != nil {
 			return 0, e.corrupt("full_watermark", err)

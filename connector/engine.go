@@ -230,6 +230,7 @@ type Engine struct {
 	// during the open full pass (docs/design.md, "Head passes during a
 	// full pass"). passEnded is when the last pass ended, for MinPassGap.
 	forceHead  bool
+	nestOpen   bool // the open full pass may run head passes between its pages
 	fullHeads  int
 	stepsAdded int
 	passEnded  time.Time
@@ -598,7 +599,7 @@ func (e *Engine) markNeedsDecision(ctx context.Context, stop *StopError) {
 // (docs/design.md, "One writer").
 func (e *Engine) recover(ctx context.Context) error {
 	e.resetTx()
-	e.steps = nil
+	e.steps, e.nestOpen = nil, false
 	if err := e.checkSuperseded(ctx); err != nil {
 		return err
 	}

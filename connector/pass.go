@@ -181,7 +181,7 @@ func (e *Engine) pass(ctx context.Context) error {
 	}
 	nest = nest && win.n > 0
 	if !e.cp.PassHead {
-		e.fullHeads = 0
+		e.fullHeads, e.nestOpen = 0, nest
 	}
 	if nest {
 		if settle = e.fullMark(); settle == "" {
@@ -291,10 +291,8 @@ func (e *Engine) pass(ctx context.Context) error {
 		if nest && e.wakePending() {
 			// A wake-up between two pages of a full pass: what this
 			// pass produced so far is committed with its position, and
-			// a head pass runs now. The page fetched ahead, if any, read
-			// an older snapshot than the head pass's, so it is dropped.
-			ahead.stop()
-			ahead = nil
+			// a head pass runs now. (No page is fetched ahead here: one
+			// is fetched only with the commit below, and taken at once.)
 			if e.txOpen {
 				if err := e.commit(ctx); err != nil {
 					return err
@@ -622,7 +620,7 @@ func (e *Engine) endPass(ctx context.Context) error {
 		// are at or above its mark.
 		keep := min(e.fullHeads, len(e.steps))
 		e.steps = slices.Clone(e.steps[len(e.steps)-keep:])
-		e.fullHeads = 0
+		e.fullHeads, e.nestOpen = 0, false
 		if wasPass == schemas.PhasePass {
 			// The poll interval of head passes counts from here: a full
 			// pass slower than it is followed by head passes, not by
