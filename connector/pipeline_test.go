@@ -13,17 +13,24 @@ import (
 	"github.com/tidemark/tidemark/producer"
 )
 
-// signalTable is memTable that signals every Page call as it starts.
+// signalTable is memTable that signals every Page call as it starts,
+// counts the calls in flight, and takes 50 ms for each: a page fetched
+// ahead just before a commit is still in flight when the commit begins,
+// however the goroutines are scheduled.
 type signalTable struct {
 	*memTable
-	fetched chan struct{}
+	fetched  chan struct{}
+	inflight *atomic.Int32
 }
 
 func (s signalTable) Page(ctx context.Context, req connector.PageRequest) (connector.Page, error) {
+	s.inflight.Add(1)
+	defer s.inflight.Add(-1)
 	select {
 	case s.fetched <- struct{}{}:
 	default:
 	}
+	time.Sleep(50 * time.Millisecond)
 	return s.memTable.Page(ctx, req)
 }
 
@@ -33,6 +40,7 @@ func (s signalTable) Page(ctx context.Context, req connector.PageRequest) (conne
 type watchedCommit struct {
 	*producer.Writer
 	fetched    chan struct{}
+	inflight   *atomic.Int32
 	commits    int
 	overlapped int
 	failAt     int
@@ -44,10 +52,14 @@ func (w *watchedCommit) Commit(ctx context.Context, c *connector.Commit) error {
 		<-w.fetched // fetches that started before this commit
 	}
 	w.commits++
-	select {
-	case <-w.fetched:
-		w.overlapped++
-	case <-time.After(300 * time.Millisecond):
+	if w.inflight.Load() > 0 {
+		w.overlapped++ // started just before this commit, still running
+	} else {
+		select {
+		case <-w.fetched:
+			w.overlapped++
+		case <-time.After(300 * time.Millisecond):
+		}
 	}
 	if w.commits == w.failAt {
 		w.failed.Store(true)
@@ -69,13 +81,14 @@ func TestNextPageIsFetchedWhileACommitIsInFlight(t *testing.T) {
 				m.set(fmt.Sprintf("k%03d", i), t0.Add(time.Duration(i)*time.Second), "v", false)
 			}
 			fetched := make(chan struct{}, 1)
-			src := signalTable{m, fetched}
+			inflight := new(atomic.Int32)
+			src := signalTable{m, fetched, inflight}
 			w, err := producer.New(context.Background(), producer.Config{Name: r.name, Topic: r.topic, OffsetsTopic: r.offsets, LedgerTopic: r.ledger, Opts: r.opts})
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(w.Close)
-			pub := &watchedCommit{Writer: w, fetched: fetched, failAt: failAt}
+			pub := &watchedCommit{Writer: w, fetched: fetched, inflight: inflight, failAt: failAt}
 			cfg := connector.Config{Name: r.name, Fingerprint: "fp1", PageSize: 10, TxnMaxRecords: 20, Margin: time.Second,
 				Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 			e, err := connector.New(cfg, src, pub, r.store())

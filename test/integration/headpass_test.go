@@ -1,14 +1,11 @@
 package integration
 
 import (
-	"context"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tidemark/tidemark/connector"
-	"github.com/tidemark/tidemark/connector/postgres"
 	"github.com/tidemark/tidemark/schemas"
 	"github.com/tidemark/tidemark/test/rig"
 )
@@ -74,26 +71,6 @@ func (o *headObserver) ObserveCommit(c connector.CommitInfo) {
 	}
 }
 
-// lateTx begins a transaction that writes row id dated at its start and
-// stays open; commit commits it.
-func lateTx(t *testing.T, r *rig.Rig, id int) (tl time.Time, commit func()) {
-	t.Helper()
-	ctx := context.Background()
-	tx, err := r.DB.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tx.Rollback(ctx) })
-	if err := tx.QueryRow(ctx, `INSERT INTO items (id, updated_at, v) VALUES ($1, now(), 'late') RETURNING updated_at`, id).Scan(&tl); err != nil {
-		t.Fatal(err)
-	}
-	return tl, func() {
-		if err := tx.Commit(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // TestNotifyLateCommitReachesTheFullPass: a row dated below W when it
 // commits (a transaction that began before the rows the passes since
 // read) is not read by the notification's pass, which starts at W; the
@@ -102,17 +79,17 @@ func lateTx(t *testing.T, r *rig.Rig, id int) (tl time.Time, commit func()) {
 func TestNotifyLateCommitReachesTheFullPass(t *testing.T) {
 	w := newNotifyWorldWith(t, connector.Config{PollInterval: 1500 * time.Millisecond})
 	w.src.settled(t, 300*time.Millisecond)
-	tl, commit := lateTx(t, w.r, 1000)
+	late := beginLate(t, w.r, 1000)
 	time.Sleep(100 * time.Millisecond)
 	for id := 1; id <= 5; id++ {
 		w.insert(id)
 		time.Sleep(30 * time.Millisecond)
 	}
 	waitFor(t, 10*time.Second, "the five rows published", func() bool { return len(w.r.Fold().Live) == 5 })
-	if wm, err := schemas.ParseTime(w.r.Checkpoint().Watermark); err != nil || !wm.After(tl) {
-		t.Fatalf("the watermark %v (%v) is not past the late row's updated_at %s", wm, err, tl)
+	if wm, err := schemas.ParseTime(w.r.Checkpoint().Watermark); err != nil || !wm.After(late.at) {
+		t.Fatalf("the watermark %v (%v) is not past the late row's updated_at %s", wm, err, late.at)
 	}
-	commit()
+	late.commit()
 	w.waitPublished(t, 10*time.Second)
 	rig.AssertNoDupes(t, w.r.Fold())
 }
@@ -152,40 +129,17 @@ func TestNotifyFullPassDedupesWhatHeadPassesPublished(t *testing.T) {
 // (A full pass that skipped by the last head pass's mark would skip the
 // row for good.)
 func TestNotifyLateCommitAcrossARestart(t *testing.T) {
-	r := newRig(t, "", "items")
-	st, err := postgres.NotifySQL(r.DB.Schema, "items", "items_changes")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Exec(st.Install)
+	r := itemsWithTrigger(t)
 	// run starts a continuous engine with notifications, polling once an
 	// hour; stop stops it (also at the end of the test).
 	run := func() (src *passCounter, stop func()) {
-		ctx, cancel := context.WithCancel(context.Background())
-		l, err := postgres.Listen(ctx, r.PG, postgres.ListenConfig{Channel: "items_changes", Logger: rig.Logger(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
 		src = &passCounter{Source: r.Src}
-		e := r.Engine(src, connector.Config{PollInterval: time.Hour, Wake: l.Wake(), MinPassGap: 20 * time.Millisecond})
-		done := make(chan error, 1)
-		go func() { _, err := e.Run(ctx, connector.Continuous); done <- err }()
-		var once sync.Once
-		stop = func() {
-			once.Do(func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("run: %v", err)
-				}
-				l.Close()
-			})
-		}
-		t.Cleanup(stop)
+		_, stop = startEngine(t, r, src, connector.Config{PollInterval: time.Hour, MinPassGap: 20 * time.Millisecond}, "items_changes")
 		return src, stop
 	}
 	src, stop := run()
 	src.settled(t, 300*time.Millisecond)
-	tl, commit := lateTx(t, r, 1000)
+	late := beginLate(t, r, 1000)
 	time.Sleep(100 * time.Millisecond)
 	for id := 1; id <= 3; id++ {
 		r.Exec(`INSERT INTO items (id, v) VALUES ($1, 'on time')`, id)
@@ -193,11 +147,11 @@ func TestNotifyLateCommitAcrossARestart(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "the three rows published", func() bool { return len(r.Fold().Live) == 3 })
 	n := src.settled(t, 300*time.Millisecond)
-	commit()
+	late.commit()
 	// The late row's notification starts a pass from W, past the row.
 	waitFor(t, 10*time.Second, "the pass the late commit's notification starts", func() bool { return src.settled(t, 300*time.Millisecond) > n })
-	if since := src.lastFirst().Since; !since.After(tl) {
-		t.Fatalf("the pass after the late commit read from %s, at or below the late row's %s: it is not a head pass", since, tl)
+	if since := src.lastFirst().Since; !since.After(late.at) {
+		t.Fatalf("the pass after the late commit read from %s, at or below the late row's %s: it is not a head pass", since, late.at)
 	}
 	stop()
 	if _, ok := r.Fold().Live["1000"]; ok {

@@ -196,33 +196,10 @@ func TestNotifyLateCommitDuringAFullPass(t *testing.T) {
 // dedupe set must know it, so the full pass may not have settled it by its
 // own mark.
 func TestNotifyRestartAfterAHeadPassDuringAFullPass(t *testing.T) {
-	r := newRig(t, "", "items")
-	st, err := postgres.NotifySQL(r.DB.Schema, "items", "items_changes")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Exec(st.Install)
+	r := itemsWithTrigger(t)
+	cfg := connector.Config{PollInterval: 1500 * time.Millisecond, Margin: 3 * time.Second, MinPassGap: 20 * time.Millisecond}
 	run := func(src *passCounter) (cancel context.CancelFunc, stop func()) {
-		ctx, cancel := context.WithCancel(context.Background())
-		l, err := postgres.Listen(ctx, r.PG, postgres.ListenConfig{Channel: "items_changes", Logger: rig.Logger(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		e := r.Engine(src, connector.Config{PollInterval: 1500 * time.Millisecond, Margin: 3 * time.Second, Wake: l.Wake(), MinPassGap: 20 * time.Millisecond})
-		done := make(chan error, 1)
-		go func() { _, err := e.Run(ctx, connector.Continuous); done <- err }()
-		var once sync.Once
-		stop = func() {
-			once.Do(func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("run: %v", err)
-				}
-				l.Close()
-			})
-		}
-		t.Cleanup(stop)
-		return cancel, stop
+		return startEngine(t, r, src, cfg, "items_changes")
 	}
 	src := &passCounter{Source: r.Src}
 	cancel, stop := run(src)
@@ -305,20 +282,7 @@ func TestNotifyHeadPassDuringAFullPassOverABacklog(t *testing.T) {
 	r := newRig(t, "", "items")
 	wake := make(chan struct{}, 1)
 	run := func(src *passCounter) (stop func()) {
-		ctx, cancel := context.WithCancel(context.Background())
-		e := r.Engine(src, connector.Config{PollInterval: time.Hour, Margin: margin, Wake: wake})
-		done := make(chan error, 1)
-		go func() { _, err := e.Run(ctx, connector.Continuous); done <- err }()
-		var once sync.Once
-		stop = func() {
-			once.Do(func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("run: %v", err)
-				}
-			})
-		}
-		t.Cleanup(stop)
+		_, stop = startEngine(t, r, src, connector.Config{PollInterval: time.Hour, Margin: margin, Wake: wake}, "")
 		return stop
 	}
 	r.Exec(`INSERT INTO items (id, v) VALUES (0, 'first')`)
@@ -364,4 +328,38 @@ func TestNotifyHeadPassDuringAFullPassOverABacklog(t *testing.T) {
 	}
 	r.AssertTable()
 	rig.AssertNoDupes(t, r.Fold())
+}
+
+// startEngine runs a continuous engine over src with cfg until stop (also
+// called at cleanup; cancel only cancels). With a channel, the wake-ups
+// come from a Listener on it.
+func startEngine(t *testing.T, r *rig.Rig, src connector.Source, cfg connector.Config, channel string) (cancel context.CancelFunc, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var l *postgres.Listener
+	if channel != "" {
+		var err error
+		if l, err = postgres.Listen(ctx, r.PG, postgres.ListenConfig{Channel: channel, Logger: rig.Logger(t)}); err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		cfg.Wake = l.Wake()
+	}
+	e := r.Engine(src, cfg)
+	done := make(chan error, 1)
+	go func() { _, err := e.Run(ctx, connector.Continuous); done <- err }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("run: %v", err)
+			}
+			if l != nil {
+				l.Close()
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return cancel, stop
 }

@@ -116,12 +116,7 @@ func newNotifyWorld(t *testing.T) *notifyWorld {
 // MinPassGap of 20 ms are added.
 func newNotifyWorldWith(t *testing.T, cfg connector.Config) *notifyWorld {
 	t.Helper()
-	r := newRig(t, "", "items")
-	st, err := postgres.NotifySQL(r.DB.Schema, "items", "items_changes")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Exec(st.Install)
+	r := itemsWithTrigger(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	l, err := postgres.Listen(ctx, r.PG, postgres.ListenConfig{Channel: "items_changes", Logger: rig.Logger(t)})
 	if err != nil {
@@ -225,4 +220,17 @@ func TestNotifyListenerTerminated(t *testing.T) {
 		w.waitPublished(t, 10*time.Second)
 	}
 	rig.AssertNoDupes(t, w.r.Fold())
+}
+
+// itemsWithTrigger is the rig's items table with the trigger NotifySQL
+// prints installed, notifying channel items_changes.
+func itemsWithTrigger(t *testing.T) *rig.Rig {
+	t.Helper()
+	r := newRig(t, "", "items")
+	st, err := postgres.NotifySQL(r.DB.Schema, "items", "items_changes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Exec(st.Install)
+	return r
 }
