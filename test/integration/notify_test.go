@@ -32,6 +32,8 @@ type passCounter struct {
 	// goroutine; reqs are all the page requests, in order.
 	onPage func(ctx context.Context, req connector.PageRequest)
 	reqs   []connector.PageRequest
+	// read counts the rows returned, by id.
+	read map[string]int
 }
 
 func (p *passCounter) Page(ctx context.Context, req connector.PageRequest) (connector.Page, error) {
@@ -73,7 +75,23 @@ func (p *passCounter) Page(ctx context.Context, req connector.PageRequest) (conn
 			}
 		}
 	}
-	return p.Source.Page(ctx, req)
+	page, err := p.Source.Page(ctx, req)
+	p.mu.Lock()
+	if p.read == nil {
+		p.read = map[string]int{}
+	}
+	for _, r := range page.Rows {
+		p.read[r.ID]++
+	}
+	p.mu.Unlock()
+	return page, err
+}
+
+// times returns how many times the row id was read.
+func (p *passCounter) times(id string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.read[id]
 }
 
 func (p *passCounter) count() int {
