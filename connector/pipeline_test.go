@@ -40,7 +40,7 @@ func (s signalTable) Page(ctx context.Context, req connector.PageRequest) (conne
 type watchedCommit struct {
 	*producer.Writer
 	fetched    chan struct{}
-	inflight   *atomic.Int32
+	inflight   *atomic.Int32 // fetches in flight, if counted (see signalTable)
 	commits    int
 	overlapped int
 	failAt     int
@@ -52,7 +52,7 @@ func (w *watchedCommit) Commit(ctx context.Context, c *connector.Commit) error {
 		<-w.fetched // fetches that started before this commit
 	}
 	w.commits++
-	if w.inflight.Load() > 0 {
+	if w.inflight != nil && w.inflight.Load() > 0 {
 		w.overlapped++ // started just before this commit, still running
 	} else {
 		select {
