@@ -229,11 +229,10 @@ type Engine struct {
 	// pages of a full pass. fullHeads counts the head passes that ended
 	// during the open full pass (docs/design.md, "Head passes during a
 	// full pass"). passEnded is when the last pass ended, for MinPassGap.
-	forceHead  bool
-	nestOpen   bool // the open full pass may run head passes between its pages
-	fullHeads  int
-	stepsAdded int
-	passEnded  time.Time
+	forceHead bool
+	nestOpen  bool // the open full pass may run head passes between its pages
+	fullHeads int
+	passEnded time.Time
 	// headEnded is set by the end of a head pass for the commit that
 	// follows (CommitInfo.HeadPass).
 	headEnded bool

@@ -262,14 +262,15 @@ func (e *Engine) pass(ctx context.Context) error {
 		if len(page.Rows) > 0 && page.Next != "" {
 			cursor = page.Next
 		}
-		if (page.End || page.Last) && !win.last() {
+		switch {
+		case (page.End || page.Last) && !win.last():
 			// The window is read: the next one starts from its From.
 			if len(page.Rows) > 0 {
 				e.cp.Cursor = page.Next
 			}
 			win.advance()
 			cursor = ""
-		} else if page.End || page.Last {
+		case page.End || page.Last:
 			e.reportFuture()
 			ev := endEvidence{at: e.cfg.Now(), cursor: req.Cursor, since: orInf(e.cp.PassLow), pages: pages}
 			if page.Last {
@@ -281,11 +282,10 @@ func (e *Engine) pass(ctx context.Context) error {
 			}
 			e.lastEnd = ev
 			return nil
-		} else {
-			if page.Next == "" {
-				e.abort(ctx)
-				return fmt.Errorf("source returned a page without a next cursor and without an end signal (cursor %q): %w", req.Cursor, ErrPermanent)
-			}
+		case page.Next == "":
+			e.abort(ctx)
+			return fmt.Errorf("source returned a page without a next cursor and without an end signal (cursor %q): %w", req.Cursor, ErrPermanent)
+		default:
 			e.cp.Cursor = page.Next
 		}
 		if nest && e.wakePending() {
@@ -390,13 +390,11 @@ func (e *Engine) headBetween(ctx context.Context) error {
 		e.clockAt, e.clockThen, e.future, e.futureID, e.rereadBelow, e.passW}
 	cp.Phase, cp.Cursor = schemas.PhaseIdle, ""
 	e.forceHead = true
-	added := e.stepsAdded
 	err := e.pass(ctx)
 	e.forceHead = false
 	if err != nil {
 		return err
 	}
-	e.fullHeads += e.stepsAdded - added
 	cp.Phase, cp.PassHead = saved.phase, false
 	cp.PassLow, cp.PassMax, cp.PassHorizon, cp.PassMark, cp.Cursor = saved.low, saved.max, saved.horizon, saved.mark, saved.cursor
 	e.clockAt, e.clockThen, e.future, e.futureID = saved.clockAt, saved.clockThen, saved.future, saved.futureID
@@ -710,7 +708,9 @@ func (e *Engine) addStep(st *Step) {
 		e.steps = slices.Delete(e.steps, 0, len(e.steps)-maxSteps+1)
 	}
 	e.steps = append(e.steps, *st)
-	e.stepsAdded++
+	if e.nestOpen {
+		e.fullHeads++ // a head pass between two pages of the open full pass
+	}
 }
 
 // commit ends the open transaction with the checkpoint. Only after a
