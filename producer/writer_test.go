@@ -324,3 +324,77 @@ func TestRecordKeysAndTimestamps(t *testing.T) {
 		}
 	}
 }
+
+// A session that a newer one fenced cannot end a transaction, or commit
+// one after that, whatever it tries: the broker answers PRODUCER_FENCED
+// (docs/design.md, "One writer"). The in-process broker with Kafka's
+// transaction protocol version 2 answered the old session's abort with
+// success and the new session's epoch, after which both sessions wrote at
+// one producer id and epoch: the older one could commit, and the newer one
+// failed with OUT_OF_ORDER_SEQUENCE_NUMBER.
+func TestAFencedSessionCannotEndATransaction(t *testing.T) {
+	opts, old := newWriter(t, 3)
+	ctx := context.Background()
+	row := func(id string) *connector.Row {
+		return &connector.Row{ID: id, UpdatedAt: time.Unix(0, 0), Value: []byte(`{"id":"` + id + `"}`)}
+	}
+	commit := &connector.Commit{Checkpoint: func([]int64) ([]byte, error) { return []byte(`{}`), nil }}
+	if err := old.Begin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Publish(ctx, row("old-1")); err != nil {
+		t.Fatal(err)
+	}
+	// Until its record reaches the broker, the old session's transaction
+	// is only in its client, which ends it without asking the broker.
+	adm := kadm.NewClient(old.Client())
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		d, err := adm.DescribeTransactions(ctx, producer.TransactionalID("c"))
+		if err == nil && d["tidemark-c"].State == "Ongoing" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the old session's transaction is not open on the broker: %v %+v", err, d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	// A second instance starts: its session fences the old one.
+	cur, err := producer.New(ctx, producer.Config{Name: "c", Topic: "data", OffsetsTopic: "off", Opts: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cur.Close()
+
+	if err := old.Abort(ctx); !errors.Is(err, connector.ErrFenced) {
+		t.Errorf("the fenced session's abort: %v; want it fenced", err)
+	}
+	if err := old.Recover(ctx); !errors.Is(err, connector.ErrFenced) {
+		t.Errorf("the fenced session's recovery: %v; want it fenced", err)
+	}
+	// The old session tries once more (a misbehaving caller), while the new
+	// one commits, with state records in the offsets topic.
+	if err := old.Begin(ctx); err == nil {
+		_ = old.Publish(ctx, row("old-2"))
+		if err := old.Commit(ctx, &connector.Commit{State: []connector.StateRecord{{Key: "s0", Value: []byte("o")}}, Checkpoint: commit.Checkpoint}); err == nil {
+			t.Error("the fenced session committed a transaction")
+		}
+	}
+	if err := cur.Begin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := cur.Publish(ctx, row("new-1")); err != nil {
+		t.Fatal(err)
+	}
+	state := []connector.StateRecord{{Key: "s0", Value: []byte("n")}, {Key: "s1", Value: []byte("n")}}
+	if err := cur.Commit(ctx, &connector.Commit{State: state, Checkpoint: commit.Checkpoint}); err != nil {
+		t.Fatalf("the current session's commit: %v", err)
+	}
+	st, err := fold.Map(ctx, opts, "data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := st.Live["new-1"]; !ok || len(st.Live) != 1 {
+		t.Errorf("read_committed holds %d keys %v; want only new-1", len(st.Live), st.Live)
+	}
+}

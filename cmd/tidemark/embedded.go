@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/tidemark/tidemark/internal/kfakebroker"
 )
 
 // EmbeddedConfig configures the embedded broker (embedded.*), which runs
@@ -122,7 +124,7 @@ func startEmbedded(dataDir, listen string, log *slog.Logger) (*embedded, []strin
 			return net.Listen(network, net.JoinHostPort(host, port))
 		}))
 	}
-	c, err := kfake.NewCluster(opts...)
+	c, err := kfakebroker.New(opts...)
 	if err != nil {
 		syscall.Umask(umask)
 		lock.Close()

@@ -94,6 +94,11 @@ func (k *broker) spawn() error {
 // tidemark it runs to abort its transaction, through this broker.
 func serveBroker() int {
 	signal.Ignore(os.Interrupt, syscall.SIGTERM)
+	// kfake's defaults, as on a fresh Kafka 4 cluster: transaction protocol
+	// version 2, one epoch bump per commit and no AddPartitionsToTxn round
+	// trip. tidemark's own brokers run version 1 for kfake's fencing
+	// (internal/kfakebroker); the bench runs one writer, which never meets
+	// that.
 	c, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
 		log.Printf("kfake: %v", err)

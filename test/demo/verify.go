@@ -18,6 +18,7 @@ import (
 	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/connector/postgres"
 	"github.com/tidemark/tidemark/fold"
+	"github.com/tidemark/tidemark/internal/kfakebroker"
 )
 
 // truth reads the table through tidemark's own PostgreSQL source, under one
@@ -75,7 +76,7 @@ func foldTopic(ctx context.Context, dataDir, topic string) (*fold.State, int64, 
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		return nil, 0, fmt.Errorf("the embedded broker in %s is still held by a tidemark process: %w", dir, err)
 	}
-	c, err := kfake.NewCluster(
+	c, err := kfakebroker.New(
 		kfake.NumBrokers(1),
 		kfake.DataDir(filepath.Join(dir, "data")),
 		kfake.ClusterID("tidemark-embedded"),

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/tidemark/tidemark/internal/kfakebroker"
 )
 
 // Kafka is a broker for one test.
@@ -48,7 +50,7 @@ func NewOwnKafka(t testing.TB, opts ...kfake.Opt) *Kafka {
 func newKfake(t testing.TB, opts ...kfake.Opt) *Kafka {
 	t.Helper()
 	opts = append([]kfake.Opt{kfake.NumBrokers(1)}, opts...) // kfake listens on 127.0.0.1
-	c, err := kfake.NewCluster(opts...)
+	c, err := kfakebroker.New(opts...)
 	if err != nil {
 		t.Fatalf("kfake: %v", err)
 	}
