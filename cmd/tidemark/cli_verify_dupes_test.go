@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -49,9 +50,12 @@ func TestCLIVerifyDuplicateExit5(t *testing.T) {
 func TestDedupeMaxEntriesIgnoredWithWarning(t *testing.T) {
 	path := writeConfig(t, minimal+"sync:\n  dedupe_max_entries: 20000\n")
 	var out, errOut strings.Builder
-	// status fails later (no broker answers on the reserved port); the
-	// warning comes first, when the configuration is read.
-	run(context.Background(), []string{"status", "--config", path, "--kafka.brokers", "127.0.0.1:1", "--log-format", "text"}, &out, &errOut)
+	// The warning comes when the configuration is read, before status
+	// waits for a broker (none answers on the reserved port: it would wait
+	// sync.once_retry_timeout, 5m, so the test stops it).
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	run(ctx, []string{"status", "--config", path, "--kafka.brokers", "127.0.0.1:1", "--log-format", "text"}, &out, &errOut)
 	if !strings.Contains(errOut.String(), "sync.dedupe_max_entries is no longer used") {
 		t.Errorf("no warning about sync.dedupe_max_entries:\n%s", errOut.String())
 	}
