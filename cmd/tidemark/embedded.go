@@ -117,14 +117,16 @@ func startEmbedded(dataDir, listen string, log *slog.Logger) (*embedded, []strin
 		kfake.DataDir(filepath.Join(dir, "data")),
 		kfake.ClusterID("tidemark-embedded"),
 	}
+	var listenFn func(network, address string) (net.Listener, error)
 	if listen != "" {
 		host, port, _ := net.SplitHostPort(listen) // checked by validateEmbedded
 		n, _ := strconv.Atoi(port)
-		opts = append(opts, kfake.Ports(n), kfake.ListenFn(func(network, _ string) (net.Listener, error) {
+		opts = append(opts, kfake.Ports(n))
+		listenFn = func(network, _ string) (net.Listener, error) {
 			return net.Listen(network, net.JoinHostPort(host, port))
-		}))
+		}
 	}
-	c, err := kfakebroker.New(opts...)
+	c, err := kfakebroker.New(listenFn, opts...)
 	if err != nil {
 		syscall.Umask(umask)
 		lock.Close()

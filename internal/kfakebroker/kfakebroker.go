@@ -14,6 +14,7 @@ package kfakebroker
 import (
 	"context"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -26,24 +27,39 @@ import (
 // that New finalizes.
 const TransactionVersion = 1
 
-// New starts a kfake cluster with opts and finalizes transaction.version at
-// TransactionVersion before it returns, so that every client it serves
-// negotiates that protocol. The level is not persisted with kfake.DataDir:
-// New sets it on every start.
-func New(opts ...kfake.Opt) (*kfake.Cluster, error) {
-	c, err := kfake.NewCluster(opts...)
+// New starts a kfake cluster with opts, its brokers listening through
+// listen (nil: net.Listen), and finalizes transaction.version at
+// TransactionVersion before any other client is served: the connections
+// that clients make meanwhile wait in a gate. The level is not persisted
+// with kfake.DataDir: New sets it on every start. An opts' kfake.ListenFn
+// replaces the gate (the level is still set, but a client connecting at
+// once may see the other one).
+func New(listen func(network, address string) (net.Listener, error), opts ...kfake.Opt) (*kfake.Cluster, error) {
+	if listen == nil {
+		listen = net.Listen
+	}
+	gs := &gates{}
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.ListenFn(gs.listen(listen))}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
-	if err := setTransactionVersion(c); err != nil {
+	if err := setTransactionVersion(c, gs); err != nil {
 		c.Close()
 		return nil, err
 	}
+	gs.release()
 	return c, nil
 }
 
-func setTransactionVersion(c *kfake.Cluster) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+func setTransactionVersion(c *kfake.Cluster, gs *gates) error {
+	var d net.Dialer
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.Dialer(func(ctx context.Context, network, host string) (net.Conn, error) {
+		conn, err := d.DialContext(ctx, network, host)
+		if err == nil {
+			gs.allow(conn.LocalAddr().String())
+		}
+		return conn, err
+	}))
 	if err != nil {
 		return err
 	}

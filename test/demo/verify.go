@@ -76,7 +76,7 @@ func foldTopic(ctx context.Context, dataDir, topic string) (*fold.State, int64, 
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		return nil, 0, fmt.Errorf("the embedded broker in %s is still held by a tidemark process: %w", dir, err)
 	}
-	c, err := kfakebroker.New(
+	c, err := kfakebroker.New(nil,
 		kfake.NumBrokers(1),
 		kfake.DataDir(filepath.Join(dir, "data")),
 		kfake.ClusterID("tidemark-embedded"),

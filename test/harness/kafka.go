@@ -50,7 +50,7 @@ func NewOwnKafka(t testing.TB, opts ...kfake.Opt) *Kafka {
 func newKfake(t testing.TB, opts ...kfake.Opt) *Kafka {
 	t.Helper()
 	opts = append([]kfake.Opt{kfake.NumBrokers(1)}, opts...) // kfake listens on 127.0.0.1
-	c, err := kfakebroker.New(opts...)
+	c, err := kfakebroker.New(nil, opts...)
 	if err != nil {
 		t.Fatalf("kfake: %v", err)
 	}
