@@ -2,8 +2,11 @@ package fold
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark/tidemark/schemas"
 )
 
 // Entry is the state of one key after folding.
@@ -25,6 +28,11 @@ type State struct {
 	Records int
 	// Tombstones is the number of tombstones read.
 	Tombstones int
+	// Backwards describes every record whose updated_at header is earlier
+	// than that of a record of its key read before it, tombstones
+	// included: the key went back in time for a consumer. Records without
+	// the header are not compared.
+	Backwards []string
 }
 
 // Map folds the committed records of topic into memory: last record per key
@@ -32,11 +40,25 @@ type State struct {
 // holds every distinct value, so memory grows with the topic.
 func Map(ctx context.Context, opts []kgo.Opt, topic string) (*State, error) {
 	st := &State{Live: map[string]Entry{}, Publications: map[string]map[string]int{}}
+	newest := map[string]string{} // key -> latest updated_at header read
 	err := Scan(ctx, opts, topic, func(r *kgo.Record) error {
 		st.Records++
 		k := string(r.Key)
 		if st.Publications[k] == nil {
 			st.Publications[k] = map[string]int{}
+		}
+		for _, x := range r.Headers {
+			if x.Key != schemas.HeaderUpdatedAt {
+				continue
+			}
+			// The header's layout has a fixed width (schemas.TimeLayout),
+			// so its text orders as its time does.
+			at := string(x.Value)
+			if prev := newest[k]; at < prev {
+				st.Backwards = append(st.Backwards, fmt.Sprintf("key %s at %d/%d: updated_at %s after %s", k, r.Partition, r.Offset, at, prev))
+			} else {
+				newest[k] = at
+			}
 		}
 		if r.Value == nil {
 			st.Tombstones++

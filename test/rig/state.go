@@ -136,9 +136,15 @@ func AssertTombstoned(t testing.TB, st *fold.State, id string) {
 }
 
 // AssertNoDupes fails the test when any (id, value) was published more
-// than once.
+// than once, or when a key went back in time: a record older (by its
+// updated_at header) than one of its key published before it. A key going
+// back and forth shows as a value published twice, but an old version
+// published once after a newer one (a stale read) only as the latter.
 func AssertNoDupes(t testing.TB, st *fold.State) {
 	t.Helper()
+	if n := len(st.Backwards); n > 0 {
+		t.Errorf("%d records published after a newer record of their key: %s", n, strings.Join(st.Backwards[:min(n, 5)], "; "))
+	}
 	var out []string
 	for k, vs := range st.Publications {
 		for v, n := range vs {
