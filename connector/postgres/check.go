@@ -140,7 +140,7 @@ func checkIndex(ctx context.Context, pool *pgxpool.Pool, cfg Config, t *table, q
 	args := explainParams(t)
 	natural, err := explain(ctx, tx, q.next, args)
 	if err != nil {
-		if isSQLError(err) && ctx.Err() == nil {
+		if isQueryError(err) && ctx.Err() == nil {
 			rep.fail("filter", "the page query for %s is rejected by PostgreSQL (check filter and columns): %v", t.ident, err)
 			return nil
 		}

@@ -305,7 +305,7 @@ func prepare(ctx context.Context, pool *pgxpool.Pool, sh *shape) error {
 	defer conn.Release()
 	for _, sql := range append([]string{sh.q.all, sh.q.since, sh.q.next, sh.q.sinceBefore, sh.q.nextBefore}, sh.q.load[:]...) {
 		if _, err := conn.Conn().Prepare(ctx, "", sql); err != nil {
-			if ctx.Err() == nil && isSQLError(err) {
+			if ctx.Err() == nil && isQueryError(err) {
 				return fmt.Errorf("%w: the page query for %s is rejected by PostgreSQL (check filter and columns): %w", ErrBadConfig, sh.tbl.ident, err)
 			}
 			return fmt.Errorf("prepare page query: %w", err)
@@ -621,7 +621,19 @@ func updatedAtMicros(v []byte, text bool) (int64, error) {
 	return pgus + pgEpochMicros, nil
 }
 
-func isSQLError(err error) bool {
-	var pgErr interface{ SQLState() string }
-	return errors.As(err, &pgErr)
+// isQueryError reports whether err is PostgreSQL rejecting a statement
+// itself: its syntax, a name or type in it, a privilege it needs (SQLSTATE
+// classes 42, 22, 0A, 21 and 3F). Anything else that comes from the server,
+// a terminated backend (57P01), a shutdown, a lost connection, a lack of
+// resources, is the session failing, which is transient.
+func isQueryError(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || len(pgErr.Code) < 2 {
+		return false
+	}
+	switch pgErr.Code[:2] {
+	case "42", "22", "0A", "21", "3F":
+		return true
+	}
+	return false
 }
