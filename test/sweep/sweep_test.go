@@ -85,10 +85,7 @@ func TestVerifyMissingAndExtraWithEqualCounts(t *testing.T) {
 		t.Errorf("mismatched: %d %v, want 0", rep.Mismatched, rep.MismatchedSample)
 	}
 
-	// The sweep as `run --once` with a sweep due runs it, with the engine's
-	// retries: an on-demand SweepOnce right after the raw producer fails now
-	// and then on kfake with OUT_OF_ORDER_SEQUENCE_NUMBER on its first commit
-	// and does not retry (see docs/deletes.md, open points).
+	// The sweep as `run --once` runs it when one is due.
 	r.Once(r.Src, connector.Config{SweepInterval: time.Nanosecond})
 	if ls := r.Checkpoint().LastSweep; ls == nil || ls.Tombstoned != 1 || ls.Repaired != 1 {
 		t.Errorf("sweep: %+v; want 999 tombstoned and 4 repaired", ls)
