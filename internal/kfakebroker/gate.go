@@ -1,6 +1,7 @@
 package kfakebroker
 
 import (
+	"fmt"
 	"net"
 	"sync"
 )
@@ -8,12 +9,13 @@ import (
 // gates hold the connections that clients make to a starting cluster
 // until New has set its transaction version, so that no client negotiates
 // the other one: a connector that keeps retrying while `tidemark broker`
-// restarts on its port reconnects at once. The connections of New's own
-// client are let through (allow).
+// restarts on its port reconnects at once. Each broker's gate first
+// serves a private loopback listener, which only New's own client dials;
+// the connections to the broker's address wait in its listen queue until
+// release.
 type gates struct {
 	mu      sync.Mutex
-	open    bool
-	allowed map[string]bool // remote addresses let through early
+	private map[string]string // broker address -> its private listener's
 	all     []*gate
 }
 
@@ -25,112 +27,60 @@ func (gs *gates) listen(base func(network, address string) (net.Listener, error)
 		if err != nil {
 			return nil, err
 		}
-		g := &gate{Listener: ln, gs: gs, out: make(chan net.Conn), dead: make(chan struct{})}
+		private, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("kfake: private listener: %w", err)
+		}
+		g := &gate{Listener: ln, private: private}
 		gs.mu.Lock()
+		defer gs.mu.Unlock()
+		if gs.private == nil {
+			gs.private = map[string]string{}
+		}
+		gs.private[ln.Addr().String()] = private.Addr().String()
 		gs.all = append(gs.all, g)
-		gs.mu.Unlock()
-		go g.pump()
 		return g, nil
 	}
 }
 
-// allow lets the connection from the client address addr through.
-func (gs *gates) allow(addr string) {
+// privateAddr is where New's own client reaches the broker at addr.
+func (gs *gates) privateAddr(addr string) string {
 	gs.mu.Lock()
-	if gs.allowed == nil {
-		gs.allowed = map[string]bool{}
+	defer gs.mu.Unlock()
+	if p, ok := gs.private[addr]; ok {
+		return p
 	}
-	gs.allowed[addr] = true
-	var let []pending
-	for _, g := range gs.all {
-		kept := g.parked[:0]
-		for _, c := range g.parked {
-			if c.RemoteAddr().String() == addr {
-				let = append(let, pending{g, c})
-			} else {
-				kept = append(kept, c)
-			}
-		}
-		g.parked = kept
-	}
-	gs.mu.Unlock()
-	for _, p := range let {
-		p.g.deliver(p.c)
-	}
+	return addr
 }
 
-// release lets every connection through, held ones and later ones.
+// release closes the private listeners: every broker accepts on its own
+// address from then on, the connections that waited first.
 func (gs *gates) release() {
 	gs.mu.Lock()
-	gs.open = true
-	var let []pending
+	defer gs.mu.Unlock()
 	for _, g := range gs.all {
-		for _, c := range g.parked {
-			let = append(let, pending{g, c})
-		}
-		g.parked = nil
-	}
-	gs.mu.Unlock()
-	for _, p := range let {
-		p.g.deliver(p.c)
+		g.private.Close()
 	}
 }
 
-type pending struct {
-	g *gate
-	c net.Conn
-}
-
-// gate is a listener whose connections reach Accept only as gates allow.
+// gate is a listener that accepts on its private listener until that is
+// closed, and on its own address after.
 type gate struct {
 	net.Listener
-	gs     *gates
-	out    chan net.Conn
-	dead   chan struct{} // closed when the listener fails
-	err    error
-	parked []net.Conn // guarded by gs.mu
+	private net.Listener
 }
 
-func (g *gate) pump() {
-	for {
-		c, err := g.Listener.Accept()
-		if err != nil {
-			g.err = err
-			close(g.dead)
-			g.gs.mu.Lock()
-			for _, c := range g.parked {
-				c.Close()
-			}
-			g.parked = nil
-			g.gs.mu.Unlock()
-			return
-		}
-		g.gs.mu.Lock()
-		let := g.gs.open || g.gs.allowed[c.RemoteAddr().String()]
-		if !let {
-			g.parked = append(g.parked, c)
-		}
-		g.gs.mu.Unlock()
-		if let {
-			g.deliver(c)
-		}
-	}
-}
-
-func (g *gate) deliver(c net.Conn) {
-	select {
-	case g.out <- c:
-	case <-g.dead:
-		c.Close()
-	}
-}
-
-// Accept returns the next connection that the gates let through.
+// Accept returns the next connection the gate lets through.
 func (g *gate) Accept() (net.Conn, error) {
-	select {
-	case c := <-g.out:
+	if c, err := g.private.Accept(); err == nil {
 		return c, nil
-	case <-g.dead:
-		return nil, g.err
 	}
+	return g.Listener.Accept()
+}
+
+// Close closes both listeners.
+func (g *gate) Close() error {
+	g.private.Close()
+	return g.Listener.Close()
 }

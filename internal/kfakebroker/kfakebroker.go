@@ -54,11 +54,7 @@ func New(listen func(network, address string) (net.Listener, error), opts ...kfa
 func setTransactionVersion(c *kfake.Cluster, gs *gates) error {
 	var d net.Dialer
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.Dialer(func(ctx context.Context, network, host string) (net.Conn, error) {
-		conn, err := d.DialContext(ctx, network, host)
-		if err == nil {
-			gs.allow(conn.LocalAddr().String())
-		}
-		return conn, err
+		return d.DialContext(ctx, network, gs.privateAddr(host))
 	}))
 	if err != nil {
 		return err

@@ -38,8 +38,9 @@ func TestNewFinalizesTheTransactionVersion(t *testing.T) {
 	}
 }
 
-// The gate holds a connection until it is allowed or the gates open, and
-// lets an allowed one through while others wait.
+// The gate holds a connection to the broker's address until the gates
+// open, and lets New's own one (to the private address) through while
+// others wait.
 func TestGateHoldsConnectionsUntilReleased(t *testing.T) {
 	gs := &gates{}
 	ln, err := gs.listen(net.Listen)("tcp", "127.0.0.1:0")
@@ -57,30 +58,29 @@ func TestGateHoldsConnectionsUntilReleased(t *testing.T) {
 			accepted <- c
 		}
 	}()
-	dial := func() net.Conn {
-		c, err := net.Dial("tcp", ln.Addr().String())
+	dial := func(addr string) net.Conn {
+		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
-	early := dial()
+	early := dial(ln.Addr().String())
 	select {
 	case c := <-accepted:
 		t.Fatalf("a connection from %s got through a closed gate", c.RemoteAddr())
 	case <-time.After(100 * time.Millisecond):
 	}
-	own := dial()
-	gs.allow(own.LocalAddr().String())
+	own := dial(gs.privateAddr(ln.Addr().String()))
 	if c := <-accepted; c.RemoteAddr().String() != own.LocalAddr().String() {
-		t.Fatalf("accepted %s; want the allowed %s", c.RemoteAddr(), own.LocalAddr())
+		t.Fatalf("accepted %s; want New's own %s", c.RemoteAddr(), own.LocalAddr())
 	}
 	gs.release()
 	if c := <-accepted; c.RemoteAddr().String() != early.LocalAddr().String() {
 		t.Fatalf("accepted %s after the release; want the held %s", c.RemoteAddr(), early.LocalAddr())
 	}
-	later := dial()
+	later := dial(ln.Addr().String())
 	if c := <-accepted; c.RemoteAddr().String() != later.LocalAddr().String() {
 		t.Fatalf("accepted %s; want %s, through the open gate", c.RemoteAddr(), later.LocalAddr())
 	}
