@@ -3,6 +3,7 @@ package connector
 import (
 	"context"
 	"fmt"
+	"slices"
 )
 
 // Buckets is the number of buckets of a bucketed comparison.
@@ -72,6 +73,8 @@ type bucketed struct {
 	// Counts of the target's records per bucket: the totals, and those of
 	// the current fold (dropped with their buckets when the fold shrinks).
 	records, tombstones, duplicate [Buckets]int64
+	backwards, unchecked           [Buckets]int64
+	backKeys                       []string // the smallest keys with a record back in time
 	pass                           [Buckets]passCounts
 	groups                         []group
 	stats                          CompareStats
@@ -79,7 +82,7 @@ type bucketed struct {
 	sel                            [Buckets]bool
 }
 
-type passCounts struct{ records, tombstones, duplicate int64 }
+type passCounts struct{ records, tombstones, duplicate, backwards, unchecked int64 }
 
 // group is a set of parts folded together in phase 1, and how many live
 // keys it holds per bucket.
@@ -146,7 +149,10 @@ func (c *bucketed) run(ctx context.Context, parts []Part) (CompareStats, error) 
 		c.stats.Records += c.records[b]
 		c.stats.Tombstones += c.tombstones[b]
 		c.stats.Duplicates += c.duplicate[b]
+		c.stats.Backwards += c.backwards[b]
+		c.stats.Unchecked += c.unchecked[b]
 	}
+	c.stats.BackwardsSample = c.backSample()
 
 	// Phase 1, source: one scan.
 	n := 0
@@ -214,6 +220,7 @@ func (c *bucketed) fold(ctx context.Context, parts []int32, lo, hi int) (int, er
 		if value == nil {
 			pc.tombstones++
 		}
+		back, unchecked := c.tf.Stats.Backwards, c.tf.Stats.Unchecked
 		dup, err := c.tf.Add(key, value, at)
 		if err != nil {
 			return err
@@ -221,6 +228,8 @@ func (c *bucketed) fold(ctx context.Context, parts []int32, lo, hi int) (int, er
 		if dup {
 			pc.duplicate++
 		}
+		pc.backwards += c.tf.Stats.Backwards - back
+		pc.unchecked += c.tf.Stats.Unchecked - unchecked
 		if c.limit > 0 && c.tf.Len() > c.limit && hi-lo > 1 {
 			mid := lo + (hi-lo)/2
 			c.tf.Filter(func(k string) bool { return Bucket(k) < mid })
@@ -236,12 +245,41 @@ func (c *bucketed) fold(ctx context.Context, parts []int32, lo, hi int) (int, er
 	if err != nil {
 		return hi, stagedOnce("kafka", fmt.Errorf("read the target, buckets %d..%d: %w", lo, hi-1, err))
 	}
+	// Keys of these buckets went back in time: read them again for
+	// repeats of earlier versions (TopicFold.Recheck).
+	err = c.tf.Recheck(func(fn func(key, value, at []byte) error) error {
+		c.bs.TargetReads += len(parts)
+		return c.pin.Read(ctx, parts, func(key, value, at []byte) error {
+			if b, _ := bucketOf(key); b < lo || b >= hi {
+				return nil
+			}
+			return fn(key, value, at)
+		})
+	}, func(key string) {
+		b, _ := bucketOf(key)
+		c.pass[b].duplicate++
+	})
+	if err != nil {
+		return hi, stagedOnce("kafka", fmt.Errorf("read the target again for keys back in time, buckets %d..%d: %w", lo, hi-1, err))
+	}
 	for b := lo; b < hi; b++ {
 		c.records[b] += c.pass[b].records
 		c.tombstones[b] += c.pass[b].tombstones
 		c.duplicate[b] += c.pass[b].duplicate
+		c.backwards[b] += c.pass[b].backwards
+		c.unchecked[b] += c.pass[b].unchecked
+	}
+	for _, k := range c.tf.BackwardsSample() {
+		c.backKeys = SmallestKeys(c.backKeys, k, 10)
 	}
 	return hi, nil
+}
+
+// backSample is the sample of keys back in time, sorted.
+func (c *bucketed) backSample() []string {
+	out := slices.Clone(c.backKeys)
+	slices.Sort(out)
+	return out
 }
 
 // direct compares the KeySet, which holds the whole target, with one scan
@@ -252,7 +290,10 @@ func (c *bucketed) direct(ctx context.Context, view LiveView) (CompareStats, err
 		c.stats.Records += c.records[b]
 		c.stats.Tombstones += c.tombstones[b]
 		c.stats.Duplicates += c.duplicate[b]
+		c.stats.Backwards += c.backwards[b]
+		c.stats.Unchecked += c.unchecked[b]
 	}
+	c.stats.BackwardsSample = c.backSample()
 	err := view.ScanLive(ctx, func(r *Row) error {
 		c.stats.SourceRows++
 		return compareRow(c.tf.Live, r, &c.f)

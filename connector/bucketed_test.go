@@ -8,6 +8,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/tidemark/tidemark/schemas"
 )
 
 // TestBucketStable: the bucket of a key is the same in every process (it
@@ -161,17 +163,22 @@ func testKeySetFilterReset(t *testing.T, ks *KeySet) {
 
 // memTopic is a partitioned target with a record history per partition.
 type memTopic struct {
-	parts map[int32][][2][]byte // key, value (nil = tombstone)
+	parts map[int32][][3][]byte // key, value (nil = tombstone), updated_at header
 	reads int
 }
 
+// Live reads as fold.Topic.Live does: once, and again for Recheck.
 func (m *memTopic) Live(ctx context.Context) (*KeySet, TopicStats, error) {
 	f := NewTopicFold(16)
 	err := m.Read(ctx, nil, func(k, v, at []byte) error {
 		_, err := f.Add(k, v, at)
 		return err
 	})
+	if err == nil {
+		err = f.Recheck(func(fn func(k, v, at []byte) error) error { return m.Read(ctx, nil, fn) }, nil)
+	}
 	f.Stats.End = m.End()
+	f.Stats.BackwardsSample = f.BackwardsSample()
 	return f.Live, f.Stats, err
 }
 
@@ -192,7 +199,7 @@ func (m *memTopic) Read(_ context.Context, parts []int32, fn func(k, v, at []byt
 	for _, p := range parts {
 		m.reads++
 		for _, r := range m.parts[p] {
-			if err := fn(r[0], r[1], nil); err != nil {
+			if err := fn(r[0], r[1], r[2]); err != nil {
 				return err
 			}
 		}
@@ -262,21 +269,31 @@ func runCompare(t *testing.T, src *memSource, tp *memTopic, maxKeys int) (diffSe
 }
 
 // TestCompareBucketedEqualsInMemory: on random topics (histories with
-// updates, tombstones, repeats, 3 partitions) and sources that differ by
+// updates, tombstones, repeats of the previous and of an earlier version,
+// keys going back in time, 3 partitions) and sources that differ by
 // missing, extra and changed keys, every budget gives the in-memory
-// outcome and counts; the bucketed runs drill into exactly the buckets of
-// the differing keys and keep the KeySet within the budget.
+// outcome and counts, and both count exactly the repeats written; the
+// bucketed runs drill into exactly the buckets of the differing keys and
+// keep the KeySet within the budget.
 func TestCompareBucketedEqualsInMemory(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
 	for seed := range uint64(4) {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		src := &memSource{rows: map[string]string{}}
-		tp := &memTopic{parts: map[int32][][2][]byte{}}
+		tp := &memTopic{parts: map[int32][][3][]byte{}}
 		n := 500 + rng.IntN(3000)
-		put := func(k string, v []byte) {
+		tick := 0 // every record a newer updated_at, unless given one
+		putAt := func(k string, v []byte, at string) {
 			p := int32(keyHash(k) % 3)
-			tp.parts[p] = append(tp.parts[p], [2][]byte{[]byte(k), v})
+			tp.parts[p] = append(tp.parts[p], [3][]byte{[]byte(k), v, []byte(at)})
 		}
+		next := func() string {
+			tick++
+			return schemas.FormatTime(t0.Add(time.Duration(tick) * time.Millisecond))
+		}
+		put := func(k string, v []byte) string { at := next(); putAt(k, v, at); return at }
 		differ := map[int]bool{}
+		var repeats, backwards int64
 		for i := range n {
 			k := fmt.Sprint("k", i)
 			v := fmt.Sprintf(`{"id":%d,"v":%d}`, i, rng.IntN(5))
@@ -298,10 +315,22 @@ func TestCompareBucketedEqualsInMemory(t *testing.T) {
 			case x < 5 && seed > 0: // stale in the topic
 				put(k, []byte(v+"stale"))
 				differ[Bucket(k)] = true
-			default:
+			case x < 8: // an earlier version published again after a newer one
+				at := put(k, []byte(v+"A"))
+				put(k, []byte(v+"B"))
+				putAt(k, []byte(v+"A"), at)
 				put(k, []byte(v))
-				if x < 10 {
-					put(k, []byte(v)) // a duplicate publication
+				repeats++
+				backwards++
+			case x < 10: // back in time with a new version (an older transaction wrote last)
+				put(k, []byte(v+"B"))
+				putAt(k, []byte(v), schemas.FormatTime(t0))
+				backwards++
+			default:
+				at := put(k, []byte(v))
+				if x < 15 {
+					putAt(k, []byte(v), at) // a duplicate publication
+					repeats++
 				}
 			}
 		}
@@ -317,6 +346,9 @@ func TestCompareBucketedEqualsInMemory(t *testing.T) {
 		if seed == 0 && (len(want.missing)+len(want.mismatched)+len(want.extra) != 0) {
 			t.Fatalf("seed 0 is an exact copy, got %+v", want)
 		}
+		if wcs.Duplicates != repeats || wcs.Backwards != backwards {
+			t.Errorf("seed %d in memory: %d duplicates, %d records back in time; wrote %d, %d", seed, wcs.Duplicates, wcs.Backwards, repeats, backwards)
+		}
 		for _, limit := range []int{-1, 3, 50, 400} {
 			tp.reads, src.scans = 0, 0
 			got, cs := runCompare(t, src, tp, limit)
@@ -325,7 +357,8 @@ func TestCompareBucketedEqualsInMemory(t *testing.T) {
 				t.Errorf("%s: differences\n got %+v\nwant %+v", name, got, want)
 			}
 			if cs.SourceRows != wcs.SourceRows || cs.TargetKeys != wcs.TargetKeys || cs.Records != wcs.Records ||
-				cs.Tombstones != wcs.Tombstones || cs.Duplicates != wcs.Duplicates || !cs.View.Equal(wcs.View) || !maps.Equal(cs.End, wcs.End) {
+				cs.Tombstones != wcs.Tombstones || cs.Duplicates != wcs.Duplicates || cs.Backwards != wcs.Backwards ||
+				!slices.Equal(cs.BackwardsSample, wcs.BackwardsSample) || !cs.View.Equal(wcs.View) || !maps.Equal(cs.End, wcs.End) {
 				t.Errorf("%s: stats %+v, in memory %+v", name, cs, wcs)
 			}
 			bs := cs.Bucketed
@@ -377,5 +410,95 @@ func TestTopicFold(t *testing.T) {
 	}
 	if f.Stats.Records != 22 || f.Stats.Tombstones != 9 || f.Stats.Duplicates != 8 || f.Live.Len() != 4 {
 		t.Errorf("stats %+v, live keys %d; want 22 records, 9 tombstones, 8 duplicates, 4 live keys", f.Stats, f.Live.Len())
+	}
+}
+
+// TestTopicFoldRepeatOfAnEarlierVersion: a record that repeats an earlier,
+// not the previous, version of its key (same value, same updated_at
+// header, older than the key's newest) is a row version published twice
+// too; Recheck finds it on a second read of the keys that went back in
+// time. A record older than the key's newest with a version never seen (a
+// row whose updated_at went back: an older transaction wrote it last) is
+// counted as Backwards, not as a repeat, and so is a value repeated under
+// the key's newest updated_at (the header cannot tell those versions
+// apart).
+func TestTopicFoldRepeatOfAnEarlierVersion(t *testing.T) {
+	at := func(s int) string {
+		return schemas.FormatTime(time.Date(2026, 12, 2, 3, 0, s, 123456000, time.UTC))
+	}
+	type rec struct{ k, v, at string }
+	recs := []rec{
+		{"a", "A", at(1)}, {"a", "B", at(2)}, {"a", "A", at(1)}, // A again after B: a repeat
+		{"b", "A", at(1)}, {"b", "B", at(3)}, {"b", "C", at(2)}, // back in time, a new version: none
+		{"c", "A", at(1)}, {"c", "", at(2)}, {"c", "A", at(1)}, // A again after its delete: a repeat
+		{"d", "", at(1)}, {"d", "A", at(2)}, {"d", "", at(1)}, // the delete again after a re-insert: a repeat
+		{"e", "A", at(1)}, {"e", "B", at(2)}, {"e", "A", at(1)}, {"e", "A", at(1)}, // a repeat, then the previous again: two
+		{"f", "A", at(2)}, {"f", "B", at(2)}, {"f", "A", at(2)}, // one updated_at for all: none
+		{"g", "A", at(1)}, {"g", "B", at(2)}, {"g", "C", at(3)}, {"g", "A", at(1)}, {"g", "D", at(4)}, // far back, then newer: one
+		{"h", "A", at(1)}, {"h", "A", ""}, {"h", "B", at(2)}, {"h", "A", at(1)}, // a header-less record between: one
+	}
+	read := func(fn func(k, v, at []byte) error) error {
+		for _, r := range recs {
+			var v []byte
+			if r.v != "" {
+				v = []byte(r.v)
+			}
+			if err := fn([]byte(r.k), v, []byte(r.at)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	f := NewTopicFold(4)
+	if err := read(func(k, v, at []byte) error { _, err := f.Add(k, v, at); return err }); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	if err := f.Recheck(read, func(k string) { keys = append(keys, k) }); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(keys)
+	// e's second A repeats its previous record: the first read counts it.
+	if want := []string{"a", "c", "d", "e", "g", "h"}; !slices.Equal(keys, want) {
+		t.Errorf("Recheck found repeats of earlier versions in %v, want %v", keys, want)
+	}
+	if f.Stats.Duplicates != 8 || f.Stats.Backwards != 8 || f.Stats.Records != int64(len(recs)) {
+		t.Errorf("stats %+v; want 8 duplicates (h's header-less A repeats by its value), 8 records back in time", f.Stats)
+	}
+	if got := f.BackwardsSample(); !slices.Equal(got, []string{"a", "b", "c", "d", "e", "g", "h"}) {
+		t.Errorf("keys back in time %v", got)
+	}
+}
+
+// TestTopicFoldRecheckBudget: past the budget of keys to read again, the
+// records of further keys that went back in time are counted as
+// Unchecked (verify then cannot prove there was no repeat), never dropped
+// silently; the keys within it are still checked.
+func TestTopicFoldRecheckBudget(t *testing.T) {
+	at := func(s int) []byte {
+		return []byte(schemas.FormatTime(time.Date(2026, 12, 2, 3, 0, s, 0, time.UTC)))
+	}
+	var recs [][3][]byte
+	for _, k := range []string{"a", "b", "c"} {
+		recs = append(recs, [3][]byte{[]byte(k), []byte("A"), at(1)}, [3][]byte{[]byte(k), []byte("B"), at(2)}, [3][]byte{[]byte(k), []byte("A"), at(1)})
+	}
+	read := func(fn func(k, v, at []byte) error) error {
+		for _, r := range recs {
+			if err := fn(r[0], r[1], r[2]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	f := NewTopicFold(4)
+	f.maxBack = 2
+	if err := read(func(k, v, at []byte) error { _, err := f.Add(k, v, at); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Recheck(read, nil); err != nil {
+		t.Fatal(err)
+	}
+	if f.Stats.Duplicates != 2 || f.Stats.Backwards != 3 || f.Stats.Unchecked != 1 {
+		t.Errorf("stats %+v; want 2 duplicates, 3 records back in time, 1 unchecked", f.Stats)
 	}
 }

@@ -8,8 +8,8 @@ import (
 )
 
 // DefaultMaxKeysInMemory is the default budget of a comparison: the most
-// live target keys held in one KeySet (some 46 bytes each, so about
-// 180 MiB).
+// live target keys held in one KeySet (some 56 bytes each, so about
+// 212 MiB).
 const DefaultMaxKeysInMemory = 4_000_000
 
 // LiveViewer is implemented by sources that can hold one consistent view
@@ -96,9 +96,12 @@ type CompareStats struct {
 	View time.Time
 	// SourceRows live in the source view; TargetKeys live in the target.
 	SourceRows, TargetKeys int64
-	// Records, Tombstones and Duplicates read from the target (see
-	// TopicStats); End is the target view.
+	// Records, Tombstones, Duplicates, Backwards (and their keys' sample)
+	// and Unchecked read from the target (see TopicStats); End is the
+	// target view.
 	Records, Tombstones, Duplicates int64
+	Backwards, Unchecked            int64
+	BackwardsSample                 []string
 	// Misplaced are target records outside their key's partition (see
 	// TopicStats).
 	Misplaced int64
@@ -185,7 +188,8 @@ func compareInMemory(ctx context.Context, src LiveScanner, target TopicView, f C
 	if err != nil {
 		return CompareStats{}, staged("kafka", fmt.Errorf("read the live keys of the target: %w", err))
 	}
-	cs := CompareStats{TargetKeys: int64(live.Len()), Records: st.Records, Tombstones: st.Tombstones, Duplicates: st.Duplicates, Misplaced: st.Misplaced, End: st.End}
+	cs := CompareStats{TargetKeys: int64(live.Len()), Records: st.Records, Tombstones: st.Tombstones, Duplicates: st.Duplicates,
+		Backwards: st.Backwards, Unchecked: st.Unchecked, BackwardsSample: st.BackwardsSample, Misplaced: st.Misplaced, End: st.End}
 	view, err := src.ScanLive(ctx, func(r *Row) error {
 		cs.SourceRows++
 		return compareRow(live, r, &f)

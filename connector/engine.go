@@ -147,7 +147,7 @@ type Config struct {
 	// record now differs: every record then carries the new shape.
 	RepublishOnSchemaChange bool
 	// SweepMaxKeys is the memory budget of a sweep, in live topic keys
-	// held at once (some 46 bytes each); default DefaultMaxKeysInMemory
+	// held at once (some 56 bytes each); default DefaultMaxKeysInMemory
 	// (0), and a negative value always compares by buckets. A topic that
 	// may hold more is compared by buckets (see Compare).
 	SweepMaxKeys int

@@ -3,19 +3,20 @@ package connector
 import (
 	"fmt"
 	"hash/maphash"
+	"math"
 	"math/bits"
 )
 
 // KeySet is a compact map from record key to value digest, for comparing a
 // topic with a source by key set and content (the sweep and verify).
 //
-// Layout: one 24-byte entry per key (32-bit key hash, version fingerprint,
-// digest, where the key's bytes sit in a single arena), the key bytes in
-// that arena, and an open-addressing index of 4-byte slots (linear probing,
-// at most 3/4 full). Keys whose hashes are equal are told apart by their
+// Layout: one 32-byte entry per key (32-bit key hash, version fingerprint,
+// digest, where the key's bytes sit in a single arena, the newest time
+// put with it), the key bytes in that arena, and an open-addressing index
+// of 4-byte slots (linear probing, at most 3/4 full). Keys whose hashes are equal are told apart by their
 // bytes.
-// With 7-byte keys that is some 46 bytes per live key: a million keys take
-// about 44 MiB (BenchmarkKeySet1M measures it). Growing the index costs 4
+// With 7-byte keys that is some 56 bytes per live key: a million keys take
+// about 53 MiB (BenchmarkKeySet1M measures it). Growing the index costs 4
 // bytes per slot, so there is no doubling spike of the whole set.
 type KeySet struct {
 	seed  maphash.Seed
@@ -35,7 +36,12 @@ type ksEntry struct {
 	digest uint64
 	off    uint32
 	n      uint32 // key length; the top bit flags "marked"
+	newest int64  // the newest time put with the key (PutVersionAt); noTime: none
 }
+
+// noTime is the time of a record that has none (no or an unreadable
+// updated_at header): before every time.
+const noTime = math.MinInt64
 
 const ksMarked = 1 << 31
 
@@ -107,38 +113,49 @@ func (s *KeySet) Put(key string, digest uint64) (same bool, err error) {
 // digest of the same version, or of a version either side does not know:
 // the same content of another known version is not a repeat.
 func (s *KeySet) PutVersion(key string, digest uint64, ver uint32) (same bool, err error) {
+	same, _, err = s.PutVersionAt(key, digest, ver, noTime, noTime)
+	return same, err
+}
+
+// PutVersionAt is PutVersion that also keeps the newest of the times put
+// with the key (micros; noTime: none), starting from floor for a key it
+// does not hold (the newest time of the key in another set: TopicFold
+// moves a key between its live and deleted sets). It returns the newest
+// time before this one.
+func (s *KeySet) PutVersionAt(key string, digest uint64, ver uint32, at, floor int64) (same bool, newest int64, err error) {
 	h := s.hash(key)
 	i, ok := s.probe(h, key)
 	if ok {
 		e := &s.ents[s.slots[i]-1]
 		same = e.digest == digest && (e.ver == ver || e.ver == 0 || ver == 0)
-		e.digest, e.ver = digest, ver
-		return same, nil
+		newest = max(e.newest, floor)
+		e.digest, e.ver, e.newest = digest, ver, max(newest, at)
+		return same, newest, nil
 	}
 	if len(s.arena)+len(key) > 1<<32-1 || len(key) >= ksMarked {
-		return false, fmt.Errorf("key set exceeds 4 GiB of keys")
+		return false, floor, fmt.Errorf("key set exceeds 4 GiB of keys")
 	}
 	if (s.live+1)*4 > len(s.slots)*3 {
 		s.grow()
 		i = s.place(h)
 	}
-	e := ksEntry{hash: h, digest: digest, off: uint32(len(s.arena)), n: uint32(len(key)), ver: ver}
+	e := ksEntry{hash: h, digest: digest, off: uint32(len(s.arena)), n: uint32(len(key)), ver: ver, newest: max(floor, at)}
 	s.arena = append(s.arena, key...)
-	var at uint32
+	var slot uint32
 	if n := len(s.free); n > 0 {
-		at = s.free[n-1]
+		slot = s.free[n-1]
 		s.free = s.free[:n-1]
-		s.ents[at] = e
+		s.ents[slot] = e
 	} else {
 		if len(s.ents) >= 1<<32-2 {
-			return false, fmt.Errorf("key set exceeds 4 billion keys")
+			return false, floor, fmt.Errorf("key set exceeds 4 billion keys")
 		}
-		at = uint32(len(s.ents))
+		slot = uint32(len(s.ents))
 		s.ents = append(s.ents, e)
 	}
-	s.slots[i] = at + 1
+	s.slots[i] = slot + 1
 	s.live++
-	return false, nil
+	return false, floor, nil
 }
 
 // grow doubles the index.
@@ -153,11 +170,16 @@ func (s *KeySet) grow() {
 }
 
 // Delete removes key (a tombstone).
-func (s *KeySet) Delete(key string) {
+func (s *KeySet) Delete(key string) { s.Take(key) }
+
+// Take removes key and returns the newest time put with it
+// (PutVersionAt), noTime when it had none or was not held.
+func (s *KeySet) Take(key string) (newest int64) {
 	i, ok := s.probe(s.hash(key), key)
 	if !ok {
-		return
+		return noTime
 	}
+	newest = s.ents[s.slots[i]-1].newest
 	s.free = append(s.free, s.slots[i]-1)
 	s.live--
 	// Backward-shift deletion: move later members of the probe run into
@@ -172,6 +194,7 @@ func (s *KeySet) Delete(key string) {
 		}
 	}
 	s.slots[i] = 0
+	return newest
 }
 
 // Lookup returns key's digest.

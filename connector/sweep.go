@@ -3,6 +3,7 @@ package connector
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -28,9 +29,15 @@ type TopicView interface {
 // TopicStats describes a topic read.
 type TopicStats struct {
 	// Records and Tombstones read; Duplicates are records that repeated
-	// the key's previous record (a publication twice in a row; see
-	// TopicFold).
+	// an earlier record of their key: its previous one, or an earlier
+	// version after a newer one (see TopicFold).
 	Records, Tombstones, Duplicates int64
+	// Backwards are records whose updated_at header is older than an
+	// earlier record's of their key (see TopicFold); BackwardsSample
+	// names some of their keys, the smallest. Unchecked are those of them
+	// whose keys were past the recheck budget: not checked for repeats.
+	Backwards, Unchecked int64
+	BackwardsSample      []string
 	// Misplaced are records in a partition their key does not hash to (a
 	// changed partition count; see fold.Pinned.Misplaced); 0 when the
 	// reader cannot tell.
@@ -49,35 +56,66 @@ type TopicStats struct {
 // the engine dedupes deletes as it dedupes values. (Two deletes of
 // different versions, with an insert between them that no pass saw, are
 // two versions.)
+//
+// A version can also come back later, after a newer one: A, B, A. Its
+// updated_at header is then older than the key's newest, and such a
+// record is counted as Backwards. That alone is no fault (a row's
+// updated_at goes back when a transaction that began earlier writes it
+// last, and a row dated in the future may be corrected), so Recheck reads
+// those keys again and counts as Duplicates the records that repeat an
+// earlier version of their key, its value and its updated_at header. A
+// version repeated under the key's newest updated_at is not counted: the
+// header cannot tell it from a row changed without a new updated_at.
+// Memory is the two key sets (the newest time included), and for Recheck
+// the versions of the keys that went back.
 type TopicFold struct {
 	Live  *KeySet
 	dead  *KeySet // keys whose last record is a tombstone: digest of its updated_at
 	Stats TopicStats
+	// back holds the keys with a record older than the key's newest, up
+	// to maxBack (MaxRecheckKeys), for Recheck.
+	back    map[string]struct{}
+	maxBack int
 }
+
+// MaxRecheckKeys bounds the keys Recheck reads again (and the memory it
+// holds their versions in); records of further keys are counted as
+// Unchecked.
+const MaxRecheckKeys = 1 << 18
 
 // NewTopicFold returns an empty fold sized for n live keys.
 func NewTopicFold(n int) *TopicFold {
-	return &TopicFold{Live: NewKeySet(n), dead: NewKeySet(16)}
+	return &TopicFold{Live: NewKeySet(n), dead: NewKeySet(16), back: map[string]struct{}{}, maxBack: MaxRecheckKeys}
 }
 
 // Add folds one record (value nil: a tombstone; updatedAt its header)
 // and reports whether it repeats its key's previous record.
 func (f *TopicFold) Add(key, value, updatedAt []byte) (dup bool, err error) {
 	f.Stats.Records++
+	at := headerTime(updatedAt)
+	var newest int64
 	if value == nil {
 		f.Stats.Tombstones++
-		f.Live.Delete(string(key))
-		dup, err = f.dead.Put(string(key), digest(false, updatedAt))
+		floor := f.Live.Take(string(key))
+		dup, newest, err = f.dead.PutVersionAt(string(key), digest(false, updatedAt), 0, at, floor)
 	} else {
-		f.dead.Delete(string(key))
+		floor := f.dead.Take(string(key))
 		// The value alone does not tell a version: a row updated only in
 		// columns the record leaves out (source.columns without
 		// updated_at) is published again with the same value, and that is
 		// not a repeat. Its updated_at header tells them apart.
-		dup, err = f.Live.PutVersion(string(key), digest(false, value), versionOf(updatedAt))
+		dup, newest, err = f.Live.PutVersionAt(string(key), digest(false, value), versionOf(updatedAt), at, floor)
 	}
 	if dup {
 		f.Stats.Duplicates++
+	}
+	if at != noTime && at < newest {
+		f.Stats.Backwards++
+		if _, ok := f.back[string(key)]; !ok && len(f.back) >= f.maxBack {
+			f.Stats.Unchecked++
+		} else {
+			f.back[string(key)] = struct{}{}
+		}
 	}
 	return dup, err
 }
@@ -100,12 +138,14 @@ func (f *TopicFold) Len() int { return f.Live.Len() + f.dead.Len() }
 func (f *TopicFold) Filter(keep func(key string) bool) {
 	f.Live.Filter(keep)
 	f.dead.Filter(keep)
+	maps.DeleteFunc(f.back, func(k string, _ struct{}) bool { return !keep(k) })
 }
 
 // Reset empties the fold (its counts too), keeping its memory.
 func (f *TopicFold) Reset() {
 	f.Live.Reset()
 	f.dead.Reset()
+	clear(f.back)
 	f.Stats = TopicStats{}
 }
 
