@@ -33,7 +33,8 @@ var (
 // Live folds the topic read_committed, up to the last stable offsets when
 // it began, into a compact key set: every live key with the digest of its
 // last value (connector.Digest, so it compares with source rows directly),
-// counting repeats (connector.TopicFold).
+// counting repeats (connector.TopicFold): when keys went back in time, it
+// reads the topic a second time.
 // Memory grows with the live keys, not the records.
 func (t Topic) Live(ctx context.Context) (*connector.KeySet, connector.TopicStats, error) {
 	pin, err := t.pin(ctx)
@@ -45,8 +46,14 @@ func (t Topic) Live(ctx context.Context) (*connector.KeySet, connector.TopicStat
 		_, err := f.Add(key, value, at)
 		return err
 	})
+	if err == nil {
+		// Keys that went back in time are read again, for repeats of an
+		// earlier version (connector.TopicFold).
+		err = f.Recheck(func(fn func(key, value, at []byte) error) error { return pin.Read(ctx, nil, fn) }, nil)
+	}
 	f.Stats.End = pin.End()
 	f.Stats.Misplaced = pin.Misplaced()
+	f.Stats.BackwardsSample = f.BackwardsSample()
 	return f.Live, f.Stats, err
 }
 

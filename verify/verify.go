@@ -5,7 +5,7 @@
 // The target is read first (the topic up to its last stable offsets, or a
 // replica under its own snapshot), then the source under one snapshot, and
 // the two are compared by key and connector.Digest of the value. Memory is
-// one compact KeySet of the target (about 46 bytes per live key), up to
+// one compact KeySet of the target (about 56 bytes per live key), up to
 // Options.MaxKeysInMemory keys; a larger target is compared by buckets
 // (connector.Compare): per-bucket digests first, then key by key only in
 // the buckets that differ, with the same report.
@@ -38,12 +38,24 @@ type Report struct {
 	Missing    int64 `json:"missing"`
 	Extra      int64 `json:"extra"`
 	Mismatched int64 `json:"mismatched"`
-	// Duplicates are target records that repeated their key's previous
-	// value and updated_at header: one row version published twice (a
-	// newer version with the same value is not one), which breaks the
+	// Duplicates are target records that repeated an earlier record of
+	// their key, value and updated_at header: its previous one, or an
+	// older version after a newer one (A, B, A). One row version published
+	// twice (a newer version with the same value is not one) breaks the
 	// exactly-once promise even when the state matches (only visible in
 	// the uncompacted part of a topic). They fail the verify too.
 	Duplicates int64 `json:"duplicate_publications"`
+	// Backwards are target records whose updated_at header is older than
+	// an earlier record's of their key; BackwardsSample names the
+	// smallest of their keys. Not a failure by itself: a row's updated_at
+	// goes back when a transaction that began earlier writes it last, or
+	// when a row dated in the future is corrected. The ones that repeat
+	// an earlier version are Duplicates. Unchecked of them could not be
+	// checked for repeats (too many keys went back): that fails the
+	// verify, which then proves nothing about duplicates.
+	Backwards       int64    `json:"records_back_in_time"`
+	BackwardsSample []string `json:"back_in_time_sample"`
+	Unchecked       int64    `json:"back_in_time_unchecked"`
 	// Misplaced are topic records in a partition their key does not hash
 	// to (the producer's partitioner): the partition count changed since
 	// they were written, or another producer wrote them. A key may then be
@@ -68,7 +80,9 @@ type Report struct {
 
 // OK reports whether the target equals the source and holds no duplicate
 // publication and no record outside its key's partition.
-func (r *Report) OK() bool { return r.Matches() && r.Duplicates == 0 && r.Misplaced == 0 }
+func (r *Report) OK() bool {
+	return r.Matches() && r.Duplicates == 0 && r.Unchecked == 0 && r.Misplaced == 0
+}
 
 // Matches reports whether the target's live state equals the source's.
 func (r *Report) Matches() bool { return r.Missing == 0 && r.Extra == 0 && r.Mismatched == 0 }
@@ -112,6 +126,10 @@ func (o Options) Compare(ctx context.Context, source connector.LiveScanner, targ
 		return nil, fmt.Errorf("compare %s with the source: %w", targetName, err)
 	}
 	r.SourceRows, r.LiveKeys, r.Duplicates, r.Misplaced = cs.SourceRows, cs.TargetKeys, cs.Duplicates, cs.Misplaced
+	r.Backwards, r.Unchecked, r.BackwardsSample = cs.Backwards, cs.Unchecked, cs.BackwardsSample
+	if r.BackwardsSample == nil {
+		r.BackwardsSample = []string{}
+	}
 	if cs.End != nil { // a topic; a replica has no records to count
 		r.Records, r.Tombstones, r.TargetEnd = cs.Records, cs.Tombstones, cs.End
 	}
@@ -127,21 +145,7 @@ func (o Options) Compare(ctx context.Context, source connector.LiveScanner, targ
 // sample keeps the MaxSamples smallest ids (by string order), so that the
 // samples do not depend on the order the comparison met the differences
 // in (in memory or by buckets).
-func sample(s []string, id string) []string {
-	if len(s) < MaxSamples {
-		return append(s, id)
-	}
-	at := 0
-	for i := range s {
-		if s[i] > s[at] {
-			at = i
-		}
-	}
-	if id < s[at] {
-		s[at] = id
-	}
-	return s
-}
+func sample(s []string, id string) []string { return connector.SmallestKeys(s, id, MaxSamples) }
 
 // Text renders the report for people.
 func (r *Report) Text() string {
@@ -154,6 +158,8 @@ func (r *Report) Text() string {
 		verdict = fmt.Sprintf("PARTITIONS CHANGED: %d records are in a partition their key does not hash to (was the topic's partition count changed?); a key can be live in two partitions, in an order no consumer knows: re-create the topic and run `tidemark reset` to republish", r.Misplaced)
 	case r.Duplicates > 0:
 		verdict = fmt.Sprintf("EXACTLY-ONCE VIOLATED: the state matches, but %d row versions were published twice", r.Duplicates)
+	case r.Unchecked > 0:
+		verdict = fmt.Sprintf("UNPROVEN: the state matches, but %d records older than their key's newest were not checked for repeats (more than %d keys went back in time)", r.Unchecked, connector.MaxRecheckKeys)
 	}
 	fmt.Fprintf(&b, "verify %s against the source\n", r.Target)
 	fmt.Fprintf(&b, "  source view:   snapshot at %s\n", r.SourceView)
@@ -171,6 +177,9 @@ func (r *Report) Text() string {
 	fmt.Fprintf(&b, "  extra:         %d %s\n", r.Extra, list(r.ExtraSample))
 	fmt.Fprintf(&b, "  mismatched:    %d %s\n", r.Mismatched, list(r.MismatchedSample))
 	fmt.Fprintf(&b, "  duplicate publications: %d\n", r.Duplicates)
+	if len(r.TargetEnd) > 0 {
+		fmt.Fprintf(&b, "  records back in time: %d %s\n", r.Backwards, list(r.BackwardsSample))
+	}
 	if len(r.TargetEnd) > 0 {
 		fmt.Fprintf(&b, "  records outside their key's partition: %d\n", r.Misplaced)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/fold"
+	"github.com/tidemark/tidemark/schemas"
 )
 
 // TestCLIVerifyDuplicateExit5: a row version published twice breaks the
@@ -58,5 +59,80 @@ func TestDedupeMaxEntriesIgnoredWithWarning(t *testing.T) {
 	run(ctx, []string{"status", "--config", path, "--kafka.brokers", "127.0.0.1:1", "--log-format", "text"}, &out, &errOut)
 	if !strings.Contains(errOut.String(), "sync.dedupe_max_entries is no longer used") {
 		t.Errorf("no warning about sync.dedupe_max_entries:\n%s", errOut.String())
+	}
+}
+
+// TestCLIVerifyRepeatOfAnEarlierVersionExit5: a row version published
+// again after a newer one (A, B, A: what a writer that read A late would
+// leave) is a duplicate publication even though the state matches and the
+// repeat is not next to its first publication; verify finds it in memory
+// and by buckets. A row whose updated_at really went back, repaired by a
+// sweep, is reported as back in time but is not a failure.
+func TestCLIVerifyRepeatOfAnEarlierVersionExit5(t *testing.T) {
+	w := newVFWorld(t, "")
+	w.mustCLI("run", "--once")
+
+	// Row 4's updated_at goes back (an older transaction wrote it last);
+	// the walk is past it, the sweep repairs it.
+	w.db.Exec(t, `UPDATE items SET v = 'back', updated_at = updated_at - interval '1 hour' WHERE id = 4`)
+	if code, out, errOut := w.cli("sweep"); code != 0 {
+		t.Fatalf("sweep: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, args := range [][]string{{"verify"}, {"verify", "--sweep.max_keys_in_memory", "0"}} {
+		code, out, errOut := w.cli(args...)
+		if code != 0 {
+			t.Fatalf("%v after a row went back in time: exit %d, want 0\n%s%s", args, code, out, errOut)
+		}
+		for _, s := range []string{"duplicate publications: 0", "records back in time: 1 e.g. 4", "MATCH"} {
+			if !strings.Contains(out, s) {
+				t.Errorf("%v: the report lacks %q:\n%s", args, s, out)
+			}
+		}
+	}
+
+	st, err := fold.Map(context.Background(), w.opts(), vfTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, ok := st.Live["3"]
+	if !ok {
+		t.Fatal("key 3 not in the topic")
+	}
+	at, err := schemas.ParseTime(a.Headers[schemas.HeaderUpdatedAt])
+	if err != nil {
+		t.Fatalf("key 3's updated_at header: %v", err)
+	}
+	cl, err := kgo.NewClient(append(w.opts(), kgo.DefaultProduceTopic(vfTopic), kgo.DisableIdempotentWrite(),
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	headers := func(at string) []kgo.RecordHeader {
+		var hs []kgo.RecordHeader
+		for k, v := range a.Headers {
+			if k == schemas.HeaderUpdatedAt {
+				v = at
+			}
+			hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(v)})
+		}
+		return hs
+	}
+	newer := schemas.FormatTime(at.Add(time.Minute))
+	b := &kgo.Record{Key: []byte("3"), Value: []byte(`{"id":3,"v":"newer"}`), Headers: headers(newer)}
+	again := &kgo.Record{Key: []byte("3"), Value: a.Value, Headers: headers(a.Headers[schemas.HeaderUpdatedAt])}
+	if err := cl.ProduceSync(context.Background(), b, again).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"verify"}, {"verify", "--sweep.max_keys_in_memory", "0"}} {
+		code, out, errOut := w.cli(args...)
+		if code != exitMismatch {
+			t.Fatalf("%v with an earlier version published again: exit %d, want %d\n%s%s", args, code, exitMismatch, out, errOut)
+		}
+		for _, s := range []string{"missing:       0", "mismatched:    0", "duplicate publications: 1", "records back in time: 2 e.g. 3, 4", "EXACTLY-ONCE VIOLATED"} {
+			if !strings.Contains(out, s) {
+				t.Errorf("%v: the report lacks %q:\n%s", args, s, out)
+			}
+		}
 	}
 }

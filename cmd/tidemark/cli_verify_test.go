@@ -193,7 +193,7 @@ func TestCLIVerifyMissingAndExtraExit5(t *testing.T) {
 		!slices.Equal(strs(rep["missing_sample"]), []string{"4"}) || !slices.Equal(strs(rep["extra_sample"]), []string{"999"}) {
 		t.Errorf("verify --json: exit %d %v", code, rep)
 	}
-	for _, k := range []string{"missing", "extra", "mismatched", "duplicate_publications", "source_view", "target_end", "records", "tombstones"} {
+	for _, k := range []string{"missing", "extra", "mismatched", "duplicate_publications", "records_back_in_time", "back_in_time_sample", "back_in_time_unchecked", "misplaced_records", "source_view", "target_end", "records", "tombstones"} {
 		if _, ok := rep[k]; !ok {
 			t.Errorf("verify --json lacks %q", k)
 		}

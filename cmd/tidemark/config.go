@@ -301,8 +301,8 @@ type SweepConfig struct {
 	// needs it to propagate deletes.
 	Interval Duration `yaml:"interval"`
 	// MaxKeysInMemory is the memory budget of a sweep and of verify, in
-	// live topic keys held at once (some 46 bytes each: the default
-	// 4000000 is about 180 MiB). A topic that may hold more (its record
+	// live topic keys held at once (some 56 bytes each: the default
+	// 4000000 is about 212 MiB). A topic that may hold more (its record
 	// count exceeds it) is compared by buckets: per-bucket digests first,
 	// then key by key only where they differ, at the cost of extra reads of
 	// the topic and the table. 0 = always by buckets.

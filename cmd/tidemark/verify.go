@@ -96,7 +96,8 @@ func cmdVerify(ctx context.Context, a *cli) error {
 		return err
 	}
 	a.log.Info("verify finished", "ok", rep.OK(), "missing", rep.Missing, "extra", rep.Extra, "mismatched", rep.Mismatched,
-		"duplicate_publications", rep.Duplicates, "misplaced_records", rep.Misplaced, "source_rows", rep.SourceRows, "live_keys", rep.LiveKeys)
+		"duplicate_publications", rep.Duplicates, "records_back_in_time", rep.Backwards, "back_in_time_unchecked", rep.Unchecked,
+		"misplaced_records", rep.Misplaced, "source_rows", rep.SourceRows, "live_keys", rep.LiveKeys)
 	if a.jsonOut {
 		b, _ := json.MarshalIndent(struct {
 			*verify.Report
@@ -107,7 +108,8 @@ func cmdVerify(ctx context.Context, a *cli) error {
 		fmt.Fprint(a.stdout, rep.Text())
 	}
 	if !rep.OK() {
-		return fmt.Errorf("%w: %d missing, %d extra, %d mismatched, %d duplicate publications, %d records outside their key's partition", errMismatch, rep.Missing, rep.Extra, rep.Mismatched, rep.Duplicates, rep.Misplaced)
+		return fmt.Errorf("%w: %d missing, %d extra, %d mismatched, %d duplicate publications, %d records back in time not checked for repeats, %d records outside their key's partition",
+			errMismatch, rep.Missing, rep.Extra, rep.Mismatched, rep.Duplicates, rep.Unchecked, rep.Misplaced)
 	}
 	return nil
 }
