@@ -210,7 +210,7 @@ func (c *bucketed) fold(ctx context.Context, parts []int32, lo, hi int) (int, er
 	c.tf.Reset()
 	clear(c.pass[lo:hi])
 	n := 0
-	err := c.pin.Read(ctx, parts, func(key, value, at []byte) error {
+	back, err := readParts(ctx, c.pin, parts, c.tf, func(key, value, at []byte) error {
 		b, _ := bucketOf(key)
 		if b < lo || b >= hi {
 			return nil
@@ -245,11 +245,11 @@ func (c *bucketed) fold(ctx context.Context, parts []int32, lo, hi int) (int, er
 	if err != nil {
 		return hi, stagedOnce("kafka", fmt.Errorf("read the target, buckets %d..%d: %w", lo, hi-1, err))
 	}
-	// Keys of these buckets went back in time: read them again for
+	// Keys of these buckets went back in time: read their parts again for
 	// repeats of earlier versions (TopicFold.Recheck).
 	err = c.tf.Recheck(func(fn func(key, value, at []byte) error) error {
-		c.bs.TargetReads += len(parts)
-		return c.pin.Read(ctx, parts, func(key, value, at []byte) error {
+		c.bs.TargetReads += len(back)
+		return readAgain(ctx, c.pin, back, func(key, value, at []byte) error {
 			if b, _ := bucketOf(key); b < lo || b >= hi {
 				return nil
 			}
@@ -270,7 +270,9 @@ func (c *bucketed) fold(ctx context.Context, parts []int32, lo, hi int) (int, er
 		c.unchecked[b] += c.pass[b].unchecked
 	}
 	for _, k := range c.tf.BackwardsSample() {
-		c.backKeys = SmallestKeys(c.backKeys, k, 10)
+		if !slices.Contains(c.backKeys, k) { // a misplaced key is in two partitions
+			c.backKeys = SmallestKeys(c.backKeys, k, backSample)
+		}
 	}
 	return hi, nil
 }

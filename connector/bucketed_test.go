@@ -167,18 +167,13 @@ type memTopic struct {
 	reads int
 }
 
-// Live reads as fold.Topic.Live does: once, and again for Recheck.
 func (m *memTopic) Live(ctx context.Context) (*KeySet, TopicStats, error) {
 	f := NewTopicFold(16)
 	err := m.Read(ctx, nil, func(k, v, at []byte) error {
 		_, err := f.Add(k, v, at)
 		return err
 	})
-	if err == nil {
-		err = f.Recheck(func(fn func(k, v, at []byte) error) error { return m.Read(ctx, nil, fn) }, nil)
-	}
 	f.Stats.End = m.End()
-	f.Stats.BackwardsSample = f.BackwardsSample()
 	return f.Live, f.Stats, err
 }
 
@@ -251,10 +246,11 @@ func (v memView) Close(context.Context) error { return nil }
 
 type diffSets struct{ missing, mismatched, extra []string }
 
-func runCompare(t *testing.T, src *memSource, tp *memTopic, maxKeys int) (diffSets, CompareStats) {
+func runCompare(t *testing.T, src *memSource, tp *memTopic, maxKeys int, repeats bool) (diffSets, CompareStats) {
 	t.Helper()
 	var d diffSets
 	cs, err := Compare(context.Background(), src, tp, maxKeys, CompareFuncs{
+		Repeats:    repeats,
 		Missing:    func(r *Row) error { d.missing = append(d.missing, r.ID); return nil },
 		Mismatched: func(r *Row) error { d.mismatched = append(d.mismatched, r.ID); return nil },
 		Extra:      func(k string, _ time.Time) error { d.extra = append(d.extra, k); return nil },
@@ -293,7 +289,7 @@ func TestCompareBucketedEqualsInMemory(t *testing.T) {
 		}
 		put := func(k string, v []byte) string { at := next(); putAt(k, v, at); return at }
 		differ := map[int]bool{}
-		var repeats, backwards int64
+		var repeats, adjacent, backwards int64
 		for i := range n {
 			k := fmt.Sprint("k", i)
 			v := fmt.Sprintf(`{"id":%d,"v":%d}`, i, rng.IntN(5))
@@ -331,6 +327,7 @@ func TestCompareBucketedEqualsInMemory(t *testing.T) {
 				if x < 15 {
 					putAt(k, []byte(v), at) // a duplicate publication
 					repeats++
+					adjacent++
 				}
 			}
 		}
@@ -339,7 +336,12 @@ func TestCompareBucketedEqualsInMemory(t *testing.T) {
 			put(k, []byte("ghost"))
 			differ[Bucket(k)] = true
 		}
-		want, wcs := runCompare(t, src, tp, 1<<30)
+		tp.reads = 0
+		_, scs := runCompare(t, src, tp, 1<<30, false)
+		if scs.Duplicates != adjacent || tp.reads != len(tp.parts) {
+			t.Errorf("seed %d in memory without Repeats (the sweep): %d duplicates in %d partition reads; want %d (the repeats of the previous record) in one read of each of the %d", seed, scs.Duplicates, tp.reads, adjacent, len(tp.parts))
+		}
+		want, wcs := runCompare(t, src, tp, 1<<30, true)
 		if wcs.Bucketed != nil {
 			t.Fatal("a large budget compared by buckets")
 		}
@@ -351,7 +353,7 @@ func TestCompareBucketedEqualsInMemory(t *testing.T) {
 		}
 		for _, limit := range []int{-1, 3, 50, 400} {
 			tp.reads, src.scans = 0, 0
-			got, cs := runCompare(t, src, tp, limit)
+			got, cs := runCompare(t, src, tp, limit, true)
 			name := fmt.Sprintf("seed %d, %d keys, budget %d", seed, n, limit)
 			if !slices.Equal(got.missing, want.missing) || !slices.Equal(got.mismatched, want.mismatched) || !slices.Equal(got.extra, want.extra) {
 				t.Errorf("%s: differences\n got %+v\nwant %+v", name, got, want)
@@ -450,6 +452,7 @@ func TestTopicFoldRepeatOfAnEarlierVersion(t *testing.T) {
 		return nil
 	}
 	f := NewTopicFold(4)
+	f.Repeats = true
 	if err := read(func(k, v, at []byte) error { _, err := f.Add(k, v, at); return err }); err != nil {
 		t.Fatal(err)
 	}
@@ -470,10 +473,10 @@ func TestTopicFoldRepeatOfAnEarlierVersion(t *testing.T) {
 	}
 }
 
-// TestTopicFoldRecheckBudget: past the budget of keys to read again, the
-// records of further keys that went back in time are counted as
-// Unchecked (verify then cannot prove there was no repeat), never dropped
-// silently; the keys within it are still checked.
+// TestTopicFoldRecheckBudget: past the budget of keys to read again, or
+// of versions to hold, the records back in time that cannot be checked
+// are counted as Unchecked (verify then cannot prove there was no
+// repeat), never dropped silently; the rest are still checked.
 func TestTopicFoldRecheckBudget(t *testing.T) {
 	at := func(s int) []byte {
 		return []byte(schemas.FormatTime(time.Date(2026, 12, 2, 3, 0, s, 0, time.UTC)))
@@ -491,6 +494,7 @@ func TestTopicFoldRecheckBudget(t *testing.T) {
 		return nil
 	}
 	f := NewTopicFold(4)
+	f.Repeats = true
 	f.maxBack = 2
 	if err := read(func(k, v, at []byte) error { _, err := f.Add(k, v, at); return err }); err != nil {
 		t.Fatal(err)
@@ -500,5 +504,21 @@ func TestTopicFoldRecheckBudget(t *testing.T) {
 	}
 	if f.Stats.Duplicates != 2 || f.Stats.Backwards != 3 || f.Stats.Unchecked != 1 {
 		t.Errorf("stats %+v; want 2 duplicates, 3 records back in time, 1 unchecked", f.Stats)
+	}
+
+	// Past the budget of versions: a's first version fits, so its repeat
+	// is found; none of b's does, so its record back in time is unchecked.
+	recs = recs[:6]
+	f = NewTopicFold(4)
+	f.Repeats = true
+	f.maxVersions = 1
+	if err := read(func(k, v, at []byte) error { _, err := f.Add(k, v, at); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Recheck(read, nil); err != nil {
+		t.Fatal(err)
+	}
+	if f.Stats.Duplicates != 1 || f.Stats.Backwards != 2 || f.Stats.Unchecked != 1 {
+		t.Errorf("with one version held: stats %+v; want 1 duplicate, 2 records back in time, 1 unchecked", f.Stats)
 	}
 }

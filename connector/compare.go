@@ -73,6 +73,11 @@ type CompareFuncs struct {
 	// Progress is called now and then during long reads (the sweep commits
 	// a full transaction there, so none stays open for a whole scan).
 	Progress func() error
+	// Repeats counts as duplicates the repeats of an earlier version after
+	// a newer one too (verify), reading again the parts of a pinned target
+	// where keys went back in time (TopicFold.Recheck). The sweep, which
+	// repairs state and reports no duplicates, leaves it unset.
+	Repeats bool
 }
 
 func (f *CompareFuncs) defaults() {
@@ -149,8 +154,7 @@ func Compare(ctx context.Context, src LiveScanner, target TopicView, maxKeys int
 		maxKeys = DefaultMaxKeysInMemory
 	}
 	pinner, okT := target.(TopicPinner)
-	viewer, okS := src.(LiveViewer)
-	if !okT || !okS {
+	if !okT {
 		return compareInMemory(ctx, src, target, f)
 	}
 	pin, err := pinner.Pin(ctx)
@@ -170,15 +174,45 @@ func Compare(ctx context.Context, src LiveScanner, target TopicView, maxKeys int
 		}
 		total += p.Records
 	}
-	if maxKeys > 0 && total >= 0 && total <= int64(maxKeys) {
-		return compareInMemory(ctx, src, target, f)
+	var cs CompareStats
+	viewer, okS := src.(LiveViewer)
+	if !okS || maxKeys > 0 && total >= 0 && total <= int64(maxKeys) {
+		cs, err = comparePinned(ctx, src, pin, parts, f)
+	} else {
+		c := &bucketed{src: viewer, pin: pin, f: f, limit: maxKeys, tf: NewTopicFold(1 << 10)}
+		c.tf.Repeats = f.Repeats
+		cs, err = c.run(ctx, parts)
 	}
-	c := &bucketed{src: viewer, pin: pin, f: f, limit: maxKeys, tf: NewTopicFold(1 << 10)}
-	cs, err := c.run(ctx, parts)
 	if m, ok := pin.(interface{ Misplaced() int64 }); ok {
 		cs.Misplaced = m.Misplaced()
 	}
 	return cs, err
+}
+
+// comparePinned is compareInMemory on a pinned target, read one part at a
+// time into one fold and, with f.Repeats, again in the parts where keys
+// went back in time.
+func comparePinned(ctx context.Context, src LiveScanner, pin PinnedTopic, parts []Part, f CompareFuncs) (CompareStats, error) {
+	tf := NewTopicFold(1 << 16)
+	tf.Repeats = f.Repeats
+	ids := make([]int32, len(parts))
+	for i, p := range parts {
+		ids[i] = p.ID
+	}
+	add := func(key, value, at []byte) error {
+		_, err := tf.Add(key, value, at)
+		return err
+	}
+	back, err := readParts(ctx, pin, ids, tf, add)
+	if err == nil {
+		err = tf.Recheck(func(fn func(key, value, at []byte) error) error { return readAgain(ctx, pin, back, fn) }, nil)
+	}
+	if err != nil {
+		return CompareStats{}, staged("kafka", fmt.Errorf("read the live keys of the target: %w", err))
+	}
+	tf.Stats.End = pin.End()
+	tf.Stats.BackwardsSample = tf.BackwardsSample()
+	return compareWith(ctx, src, tf.Live, tf.Stats, f)
 }
 
 // compareInMemory holds the whole target in one KeySet and streams the
@@ -188,6 +222,11 @@ func compareInMemory(ctx context.Context, src LiveScanner, target TopicView, f C
 	if err != nil {
 		return CompareStats{}, staged("kafka", fmt.Errorf("read the live keys of the target: %w", err))
 	}
+	return compareWith(ctx, src, live, st, f)
+}
+
+// compareWith streams the source past the target's live keys.
+func compareWith(ctx context.Context, src LiveScanner, live *KeySet, st TopicStats, f CompareFuncs) (CompareStats, error) {
 	cs := CompareStats{TargetKeys: int64(live.Len()), Records: st.Records, Tombstones: st.Tombstones, Duplicates: st.Duplicates,
 		Backwards: st.Backwards, Unchecked: st.Unchecked, BackwardsSample: st.BackwardsSample, Misplaced: st.Misplaced, End: st.End}
 	view, err := src.ScanLive(ctx, func(r *Row) error {

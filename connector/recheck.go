@@ -1,6 +1,7 @@
 package connector
 
 import (
+	"context"
 	"slices"
 	"time"
 
@@ -9,28 +10,68 @@ import (
 	"github.com/tidemark/tidemark/schemas"
 )
 
+// backwards counts a record of key older than the key's newest, and with
+// Repeats remembers the key for Recheck.
+func (f *TopicFold) backwards(key string) {
+	f.Stats.Backwards++
+	if !slices.Contains(f.sample, key) {
+		f.sample = SmallestKeys(f.sample, key, backSample)
+	}
+	if !f.Repeats {
+		return
+	}
+	if _, ok := f.back[key]; ok {
+		return
+	}
+	if f.full || len(f.back) >= f.maxBack {
+		f.full = true
+		f.Stats.Unchecked++
+		return
+	}
+	f.back[key] = struct{}{}
+}
+
+// backSample is how many keys BackwardsSample names.
+const backSample = 10
+
+// BackwardsSample returns the smallest keys (by string order), at most
+// 10, that had a record older than their newest.
+func (f *TopicFold) BackwardsSample() []string {
+	out := slices.Clone(f.sample)
+	slices.Sort(out)
+	return out
+}
+
 // Recheck reads the records again (read replays them in the order Add
-// saw them) for the keys that had a record older than their newest, and
-// counts as Duplicates, calling dup with the key, each such record that
-// repeats an earlier version of its key other than its previous record
-// (Add counted those). See TopicFold. Without such keys it reads nothing.
+// saw them; it may leave out keys Add did not remember) for the keys that
+// Add remembered as back in time (Repeats), and counts as Duplicates,
+// calling dup with the key, each such record that repeats an earlier
+// version of its key other than its previous record (Add counted those).
+// See TopicFold. Without such keys it reads nothing. It holds at most
+// maxVersions versions; a record back in time whose key's versions did
+// not all fit, and that matches none that did, is counted as Unchecked.
 func (f *TopicFold) Recheck(read func(fn func(key, value, updatedAt []byte) error) error, dup func(key string)) error {
 	if len(f.back) == 0 {
 		return nil
 	}
 	type history struct {
+		id     uint64 // mixes the key into its versions' entries
 		newest int64
 		// The previous record, as Add compares it: a tombstone's digest
 		// is of its updated_at header.
 		prevTomb bool
 		prevSum  uint64
 		prevVer  uint32
-		seen     map[uint64]struct{} // versions with an updated_at header
+		// partial: a version of the key did not fit in seen.
+		partial bool
 	}
 	keys := make(map[string]*history, len(f.back))
 	for k := range f.back {
-		keys[k] = &history{newest: noTime, seen: map[uint64]struct{}{}}
+		keys[k] = &history{id: xxhash.Sum64String(k), newest: noTime}
 	}
+	// seen holds the versions (content and updated_at header) of the
+	// keys, each mixed with its key.
+	seen := map[uint64]struct{}{}
 	return read(func(key, value, updatedAt []byte) error {
 		h := keys[string(key)]
 		if h == nil {
@@ -45,20 +86,29 @@ func (f *TopicFold) Recheck(read func(fn func(key, value, updatedAt []byte) erro
 		} else {
 			sum, ver = digest(false, value), versionOf(updatedAt)
 		}
-		// The version: its content and its updated_at header.
-		v := sum ^ xxhash.Sum64(updatedAt)*0x9e3779b97f4a7c15
+		v := mix64(h.id ^ mix64(sum^xxhash.Sum64(updatedAt)*0x9e3779b97f4a7c15))
 		if tomb {
 			v = ^v
 		}
-		previous := h.prevSum == sum && h.prevTomb == tomb && (tomb || h.prevVer == ver || h.prevVer == 0 || ver == 0)
-		if _, again := h.seen[v]; again && at != noTime && at < h.newest && !previous {
-			f.Stats.Duplicates++
-			if dup != nil {
-				dup(string(key))
+		if at != noTime && at < h.newest {
+			previous := h.prevSum == sum && h.prevTomb == tomb && (tomb || h.prevVer == ver || h.prevVer == 0 || ver == 0)
+			_, again := seen[v]
+			switch {
+			case again && !previous:
+				f.Stats.Duplicates++
+				if dup != nil {
+					dup(string(key))
+				}
+			case !again && h.partial:
+				f.Stats.Unchecked++
 			}
 		}
 		if at != noTime {
-			h.seen[v] = struct{}{}
+			if len(seen) < f.maxVersions {
+				seen[v] = struct{}{}
+			} else if _, ok := seen[v]; !ok {
+				h.partial = true
+			}
 			h.newest = max(h.newest, at)
 		}
 		h.prevTomb, h.prevSum, h.prevVer = tomb, sum, ver
@@ -66,15 +116,27 @@ func (f *TopicFold) Recheck(read func(fn func(key, value, updatedAt []byte) erro
 	})
 }
 
-// BackwardsSample returns the smallest keys (by string order), at most
-// 10, that had a record older than their newest.
-func (f *TopicFold) BackwardsSample() []string {
-	out := make([]string, 0, min(len(f.back), 11))
-	for k := range f.back {
-		out = SmallestKeys(out, k, 10)
+// readAgain reads the parts readParts returned (none: nothing).
+func readAgain(ctx context.Context, pin PinnedTopic, parts []int32, fn func(key, value, at []byte) error) error {
+	if len(parts) == 0 {
+		return nil
 	}
-	slices.Sort(out)
-	return out
+	return pin.Read(ctx, parts, fn)
+}
+
+// readParts reads parts of pin one at a time with fn, and returns those in
+// which tf counted a record back in time: the parts Recheck reads again.
+func readParts(ctx context.Context, pin PinnedTopic, parts []int32, tf *TopicFold, fn func(key, value, at []byte) error) (back []int32, err error) {
+	for _, p := range parts {
+		before := tf.Stats.Backwards
+		if err := pin.Read(ctx, []int32{p}, fn); err != nil {
+			return back, err
+		}
+		if tf.Stats.Backwards > before {
+			back = append(back, p)
+		}
+	}
+	return back, nil
 }
 
 // SmallestKeys adds k to s, which keeps the n smallest keys (by string
@@ -122,8 +184,12 @@ func headerTime(b []byte) int64 {
 		mm, ok5 := num(14, 16)
 		ss, ok6 := num(17, 19)
 		us, ok7 := num(20, 26)
-		if ok1 && ok2 && ok3 && ok4 && ok5 && ok6 && ok7 && mo >= 1 && mo <= 12 && d >= 1 && d <= 31 && hh < 24 && mm < 60 && ss < 60 {
-			return time.Date(y, time.Month(mo), d, hh, mm, ss, us*1000, time.UTC).UnixMicro()
+		if ok1 && ok2 && ok3 && ok4 && ok5 && ok6 && ok7 && mo >= 1 && mo <= 12 && d >= 1 && hh < 24 && mm < 60 && ss < 60 {
+			// time.Date normalises 02-30 to 03-02; such a header is not a time.
+			if t := time.Date(y, time.Month(mo), d, hh, mm, ss, us*1000, time.UTC); t.Day() == d {
+				return t.UnixMicro()
+			}
+			return noTime
 		}
 	}
 	t, err := schemas.ParseTime(string(b))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -61,31 +62,42 @@ type TopicStats struct {
 // updated_at header is then older than the key's newest, and such a
 // record is counted as Backwards. That alone is no fault (a row's
 // updated_at goes back when a transaction that began earlier writes it
-// last, and a row dated in the future may be corrected), so Recheck reads
-// those keys again and counts as Duplicates the records that repeat an
-// earlier version of their key, its value and its updated_at header. A
-// version repeated under the key's newest updated_at is not counted: the
-// header cannot tell it from a row changed without a new updated_at.
-// Memory is the two key sets (the newest time included), and for Recheck
-// the versions of the keys that went back.
+// last, and a row dated in the future may be corrected). With Repeats set
+// (verify), Add remembers those keys and Recheck reads them again, counting
+// as Duplicates the records that repeat an earlier version of their key,
+// its value and its updated_at header. A version repeated under the key's
+// newest updated_at is not counted: the header cannot tell it from a row
+// changed without a new updated_at.
 type TopicFold struct {
 	Live  *KeySet
 	dead  *KeySet // keys whose last record is a tombstone: digest of its updated_at
 	Stats TopicStats
-	// back holds the keys with a record older than the key's newest, up
-	// to maxBack (MaxRecheckKeys), for Recheck.
+	// Repeats makes Add remember the keys that went back in time, for
+	// Recheck.
+	Repeats bool
+	// back holds those keys, up to maxBack (MaxRecheckKeys); once a key
+	// was refused, full refuses every further one until Reset.
 	back    map[string]struct{}
 	maxBack int
+	full    bool
+	// sample is the smallest keys that went back in time (BackwardsSample).
+	sample []string
+	// maxVersions bounds the versions Recheck holds (MaxRecheckVersions).
+	maxVersions int
 }
 
-// MaxRecheckKeys bounds the keys Recheck reads again (and the memory it
-// holds their versions in); records of further keys are counted as
-// Unchecked.
-const MaxRecheckKeys = 1 << 18
+// MaxRecheckKeys bounds the keys Recheck reads again, and
+// MaxRecheckVersions the versions of theirs it holds (8 bytes and a map
+// slot each: some 60 MiB at most, both together). The records back in time
+// of keys past either bound are counted as Unchecked.
+const (
+	MaxRecheckKeys     = 1 << 18
+	MaxRecheckVersions = 1 << 21
+)
 
 // NewTopicFold returns an empty fold sized for n live keys.
 func NewTopicFold(n int) *TopicFold {
-	return &TopicFold{Live: NewKeySet(n), dead: NewKeySet(16), back: map[string]struct{}{}, maxBack: MaxRecheckKeys}
+	return &TopicFold{Live: NewKeySet(n), dead: NewKeySet(16), back: map[string]struct{}{}, maxBack: MaxRecheckKeys, maxVersions: MaxRecheckVersions}
 }
 
 // Add folds one record (value nil: a tombstone; updatedAt its header)
@@ -110,12 +122,7 @@ func (f *TopicFold) Add(key, value, updatedAt []byte) (dup bool, err error) {
 		f.Stats.Duplicates++
 	}
 	if at != noTime && at < newest {
-		f.Stats.Backwards++
-		if _, ok := f.back[string(key)]; !ok && len(f.back) >= f.maxBack {
-			f.Stats.Unchecked++
-		} else {
-			f.back[string(key)] = struct{}{}
-		}
+		f.backwards(string(key))
 	}
 	return dup, err
 }
@@ -139,6 +146,7 @@ func (f *TopicFold) Filter(keep func(key string) bool) {
 	f.Live.Filter(keep)
 	f.dead.Filter(keep)
 	maps.DeleteFunc(f.back, func(k string, _ struct{}) bool { return !keep(k) })
+	f.sample = slices.DeleteFunc(f.sample, func(k string) bool { return !keep(k) })
 }
 
 // Reset empties the fold (its counts too), keeping its memory.
@@ -146,6 +154,8 @@ func (f *TopicFold) Reset() {
 	f.Live.Reset()
 	f.dead.Reset()
 	clear(f.back)
+	f.full = false
+	f.sample = f.sample[:0]
 	f.Stats = TopicStats{}
 }
 

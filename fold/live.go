@@ -2,6 +2,7 @@ package fold
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -33,8 +34,7 @@ var (
 // Live folds the topic read_committed, up to the last stable offsets when
 // it began, into a compact key set: every live key with the digest of its
 // last value (connector.Digest, so it compares with source rows directly),
-// counting repeats (connector.TopicFold): when keys went back in time, it
-// reads the topic a second time.
+// counting repeats of the previous record (connector.TopicFold).
 // Memory grows with the live keys, not the records.
 func (t Topic) Live(ctx context.Context) (*connector.KeySet, connector.TopicStats, error) {
 	pin, err := t.pin(ctx)
@@ -46,14 +46,8 @@ func (t Topic) Live(ctx context.Context) (*connector.KeySet, connector.TopicStat
 		_, err := f.Add(key, value, at)
 		return err
 	})
-	if err == nil {
-		// Keys that went back in time are read again, for repeats of an
-		// earlier version (connector.TopicFold).
-		err = f.Recheck(func(fn func(key, value, at []byte) error) error { return pin.Read(ctx, nil, fn) }, nil)
-	}
 	f.Stats.End = pin.End()
 	f.Stats.Misplaced = pin.Misplaced()
-	f.Stats.BackwardsSample = f.BackwardsSample()
 	return f.Live, f.Stats, err
 }
 
@@ -73,7 +67,7 @@ func (t Topic) pin(ctx context.Context) (*Pinned, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Pinned{opts: t.Opts, topic: t.Topic, starts: starts, ends: ends, open: open, checked: map[int32]int64{}}, nil
+	return &Pinned{opts: t.Opts, topic: t.Topic, starts: starts, ends: ends, open: open, checked: map[int32]int64{}, records: map[int32]int64{}}, nil
 }
 
 // Pinned is a topic fixed at the offsets observed by Pin.
@@ -89,6 +83,9 @@ type Pinned struct {
 	// outside it (each record once, however often it is read).
 	checked   map[int32]int64
 	misplaced int64
+	// records is, per partition, how many records its first whole read
+	// gave; every later whole read must give as many (see Read).
+	records map[int32]int64
 }
 
 // home is the partitioner the producer uses (docs/design.md, "Records"):
@@ -132,22 +129,57 @@ func (p *Pinned) Parts() []connector.Part {
 // Read calls fn for every committed record of parts (nil: all), in offset
 // order per partition, up to the pinned end offsets (fetches of at most
 // fetchBytes, one partition at a time).
+//
+// The comparisons read a partition more than once and rely on every read
+// giving the same records. Compaction running between two reads removes
+// some; Read then fails, naming the partition, rather than let a second
+// read disagree with the first unnoticed.
 func (p *Pinned) Read(ctx context.Context, parts []int32, fn func(key, value, updatedAt []byte) error) error {
 	cl, err := kgo.NewClient(p.opts...)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", p.topic, err)
 	}
 	defer cl.Close()
-	return scanRanges(ctx, cl, p.topic, p.starts, p.ends, parts, func(r *kgo.Record) error {
+	n := map[int32]int64{}
+	stopped := false
+	err = scanRanges(ctx, cl, p.topic, p.starts, p.ends, parts, func(r *kgo.Record) error {
 		p.check(r)
+		n[r.Partition]++
 		var at []byte
 		for _, h := range r.Headers {
 			if h.Key == schemas.HeaderUpdatedAt {
 				at = h.Value
 			}
 		}
-		return fn(r.Key, r.Value, at)
+		err := fn(r.Key, r.Value, at)
+		stopped = errors.Is(err, ErrStop)
+		return err
 	})
+	if err != nil || stopped {
+		return err
+	}
+	return p.sameRecords(parts, n)
+}
+
+// sameRecords compares the records per partition of a whole read with the
+// first whole read's.
+func (p *Pinned) sameRecords(parts []int32, n map[int32]int64) error {
+	if parts == nil {
+		parts = slices.Sorted(maps.Keys(p.ends))
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, id := range parts {
+		first, ok := p.records[id]
+		if !ok {
+			p.records[id] = n[id]
+			continue
+		}
+		if first != n[id] {
+			return fmt.Errorf("partition %d of %s gave %d records, then %d, within one view: compaction removed records between the two reads; run it again", id, p.topic, first, n[id])
+		}
+	}
+	return nil
 }
 
 // End is the pinned last stable offset of each partition.

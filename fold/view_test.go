@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -251,5 +252,48 @@ func TestViewAndARealOpenTransaction(t *testing.T) {
 	}
 	if n := readPin(t, pin); n != 2 {
 		t.Errorf("Read: %d records, want c0 and b", n)
+	}
+}
+
+// TestPinnedReadsAgreeOrFail: the comparisons read a pinned partition more
+// than once; when compaction removes records between two reads, the
+// second read fails, naming the partition, instead of disagreeing with the
+// first unnoticed.
+func TestPinnedReadsAgreeOrFail(t *testing.T) {
+	k := harness.NewKafka(t)
+	k.RequireKfake(t, "Cluster.Compact")
+	opts := []kgo.Opt{kgo.SeedBrokers(k.Brokers...), manualPartitioner()}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	compact := "compact"
+	if _, err := kadm.NewClient(cl).CreateTopic(context.Background(), 1, 1, map[string]*string{"cleanup.policy": &compact}, "c"); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"a", "a", "a", "b"} {
+		if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: "c", Key: []byte(key), Value: []byte("v")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pin, err := fold.Topic{Opts: opts, Topic: "c"}.Pin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func() (int, error) {
+		n := 0
+		err := pin.Read(context.Background(), nil, func(_, _, _ []byte) error { n++; return nil })
+		return n, err
+	}
+	for range 2 {
+		if n, err := count(); n != 4 || err != nil {
+			t.Fatalf("read before compaction: %d records, %v", n, err)
+		}
+	}
+	k.Cluster.Compact()
+	n, err := count()
+	if err == nil || !strings.Contains(err.Error(), "partition 0 of c gave 4 records, then") {
+		t.Fatalf("read after compaction: %d records, error %v; want the partition named", n, err)
 	}
 }

@@ -51,8 +51,8 @@ type Report struct {
 	// goes back when a transaction that began earlier writes it last, or
 	// when a row dated in the future is corrected. The ones that repeat
 	// an earlier version are Duplicates. Unchecked of them could not be
-	// checked for repeats (too many keys went back): that fails the
-	// verify, which then proves nothing about duplicates.
+	// checked for repeats (too many keys or versions went back): that
+	// fails the verify, which then proves nothing about duplicates.
 	Backwards       int64    `json:"records_back_in_time"`
 	BackwardsSample []string `json:"back_in_time_sample"`
 	Unchecked       int64    `json:"back_in_time_unchecked"`
@@ -106,6 +106,7 @@ func (o Options) Compare(ctx context.Context, source connector.LiveScanner, targ
 	start := time.Now()
 	r := &Report{Target: targetName, MissingSample: []string{}, ExtraSample: []string{}, MismatchedSample: []string{}}
 	cs, err := connector.Compare(ctx, source, target, o.MaxKeysInMemory, connector.CompareFuncs{
+		Repeats: true,
 		Missing: func(row *connector.Row) error {
 			r.Missing++
 			r.MissingSample = sample(r.MissingSample, row.ID)
@@ -159,7 +160,7 @@ func (r *Report) Text() string {
 	case r.Duplicates > 0:
 		verdict = fmt.Sprintf("EXACTLY-ONCE VIOLATED: the state matches, but %d row versions were published twice", r.Duplicates)
 	case r.Unchecked > 0:
-		verdict = fmt.Sprintf("UNPROVEN: the state matches, but %d records older than their key's newest were not checked for repeats (more than %d keys went back in time)", r.Unchecked, connector.MaxRecheckKeys)
+		verdict = fmt.Sprintf("UNPROVEN: the state matches, but %d records back in time could not be checked for repeats of an earlier version (too many keys or versions went back)", r.Unchecked)
 	}
 	fmt.Fprintf(&b, "verify %s against the source\n", r.Target)
 	fmt.Fprintf(&b, "  source view:   snapshot at %s\n", r.SourceView)
@@ -179,6 +180,9 @@ func (r *Report) Text() string {
 	fmt.Fprintf(&b, "  duplicate publications: %d\n", r.Duplicates)
 	if len(r.TargetEnd) > 0 {
 		fmt.Fprintf(&b, "  records back in time: %d %s\n", r.Backwards, list(r.BackwardsSample))
+		if r.Unchecked > 0 {
+			fmt.Fprintf(&b, "    not checked for repeats: %d\n", r.Unchecked)
+		}
 	}
 	if len(r.TargetEnd) > 0 {
 		fmt.Fprintf(&b, "  records outside their key's partition: %d\n", r.Misplaced)
