@@ -255,9 +255,13 @@ func (c *bucketed) fold(ctx context.Context, parts []int32, lo, hi int) (int, er
 			}
 			return fn(key, value, at)
 		})
-	}, func(key string) {
+	}, func(key string, dup bool) {
 		b, _ := bucketOf(key)
-		c.pass[b].duplicate++
+		if dup {
+			c.pass[b].duplicate++
+		} else {
+			c.pass[b].unchecked++
+		}
 	})
 	if err != nil {
 		return hi, stagedOnce("kafka", fmt.Errorf("read the target again for keys back in time, buckets %d..%d: %w", lo, hi-1, err))

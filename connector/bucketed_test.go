@@ -423,7 +423,8 @@ func TestTopicFold(t *testing.T) {
 // row whose updated_at went back: an older transaction wrote it last) is
 // counted as Backwards, not as a repeat, and so is a value repeated under
 // the key's newest updated_at (the header cannot tell those versions
-// apart).
+// apart), and a version that comes back after a delete of its key (a row
+// restored as it was, which the sweep republishes).
 func TestTopicFoldRepeatOfAnEarlierVersion(t *testing.T) {
 	at := func(s int) string {
 		return schemas.FormatTime(time.Date(2026, 12, 2, 3, 0, s, 123456000, time.UTC))
@@ -432,12 +433,14 @@ func TestTopicFoldRepeatOfAnEarlierVersion(t *testing.T) {
 	recs := []rec{
 		{"a", "A", at(1)}, {"a", "B", at(2)}, {"a", "A", at(1)}, // A again after B: a repeat
 		{"b", "A", at(1)}, {"b", "B", at(3)}, {"b", "C", at(2)}, // back in time, a new version: none
-		{"c", "A", at(1)}, {"c", "", at(2)}, {"c", "A", at(1)}, // A again after its delete: a repeat
+		{"c", "A", at(1)}, {"c", "", at(2)}, {"c", "A", at(1)}, // A again after its delete: the row came back (restored), none
 		{"d", "", at(1)}, {"d", "A", at(2)}, {"d", "", at(1)}, // the delete again after a re-insert: a repeat
 		{"e", "A", at(1)}, {"e", "B", at(2)}, {"e", "A", at(1)}, {"e", "A", at(1)}, // a repeat, then the previous again: two
 		{"f", "A", at(2)}, {"f", "B", at(2)}, {"f", "A", at(2)}, // one updated_at for all: none
 		{"g", "A", at(1)}, {"g", "B", at(2)}, {"g", "C", at(3)}, {"g", "A", at(1)}, {"g", "D", at(4)}, // far back, then newer: one
 		{"h", "A", at(1)}, {"h", "A", ""}, {"h", "B", at(2)}, {"h", "A", at(1)}, // a header-less record between: one
+		{"i", "A", at(1)}, {"i", "", at(5)}, {"i", "A", at(1)}, // deleted (the sweep's tombstone, at its view), restored as it was: none
+		{"j", "A", at(1)}, {"j", "", at(5)}, {"j", "A", at(1)}, {"j", "B", at(2)}, {"j", "A", at(1)}, // restored, then A again after B: one
 	}
 	read := func(fn func(k, v, at []byte) error) error {
 		for _, r := range recs {
@@ -457,18 +460,22 @@ func TestTopicFoldRepeatOfAnEarlierVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	var keys []string
-	if err := f.Recheck(read, func(k string) { keys = append(keys, k) }); err != nil {
+	if err := f.Recheck(read, func(k string, dup bool) {
+		if dup {
+			keys = append(keys, k)
+		}
+	}); err != nil {
 		t.Fatal(err)
 	}
 	slices.Sort(keys)
 	// e's second A repeats its previous record: the first read counts it.
-	if want := []string{"a", "c", "d", "e", "g", "h"}; !slices.Equal(keys, want) {
+	if want := []string{"a", "d", "e", "g", "h", "j"}; !slices.Equal(keys, want) {
 		t.Errorf("Recheck found repeats of earlier versions in %v, want %v", keys, want)
 	}
-	if f.Stats.Duplicates != 8 || f.Stats.Backwards != 8 || f.Stats.Records != int64(len(recs)) {
-		t.Errorf("stats %+v; want 8 duplicates (h's header-less A repeats by its value), 8 records back in time", f.Stats)
+	if f.Stats.Duplicates != 8 || f.Stats.Backwards != 12 || f.Stats.Records != int64(len(recs)) {
+		t.Errorf("stats %+v; want 8 duplicates (h's header-less A repeats by its value), 12 records back in time", f.Stats)
 	}
-	if got := f.BackwardsSample(); !slices.Equal(got, []string{"a", "b", "c", "d", "e", "g", "h"}) {
+	if got := f.BackwardsSample(); !slices.Equal(got, []string{"a", "b", "c", "d", "e", "g", "h", "i", "j"}) {
 		t.Errorf("keys back in time %v", got)
 	}
 }
@@ -520,5 +527,31 @@ func TestTopicFoldRecheckBudget(t *testing.T) {
 	}
 	if f.Stats.Duplicates != 1 || f.Stats.Backwards != 2 || f.Stats.Unchecked != 1 {
 		t.Errorf("with one version held: stats %+v; want 1 duplicate, 2 records back in time, 1 unchecked", f.Stats)
+	}
+}
+
+// TestCompareRecheckBudgetSameByBuckets: what the second read cannot check
+// (past its budget of versions) is unchecked in memory and by buckets
+// alike; by buckets it was lost from the totals.
+func TestCompareRecheckBudgetSameByBuckets(t *testing.T) {
+	defer func(v int) { recheckVersions = v }(recheckVersions)
+	recheckVersions = 1
+	at := func(s int) []byte {
+		return []byte(schemas.FormatTime(time.Date(2026, 12, 2, 3, 0, s, 0, time.UTC)))
+	}
+	src := &memSource{rows: map[string]string{}}
+	tp := &memTopic{parts: map[int32][][3][]byte{}}
+	for _, k := range []string{"a", "b"} {
+		src.rows[k] = "A"
+		tp.parts[0] = append(tp.parts[0], [3][]byte{[]byte(k), []byte("A"), at(1)}, [3][]byte{[]byte(k), []byte("B"), at(2)}, [3][]byte{[]byte(k), []byte("A"), at(1)})
+	}
+	_, mem := runCompare(t, src, tp, 1<<30, true)
+	_, byBuckets := runCompare(t, src, tp, -1, true)
+	if mem.Duplicates != 1 || mem.Unchecked != 1 {
+		t.Errorf("in memory: %d duplicates, %d unchecked; want 1, 1", mem.Duplicates, mem.Unchecked)
+	}
+	if byBuckets.Duplicates != mem.Duplicates || byBuckets.Unchecked != mem.Unchecked || byBuckets.Backwards != mem.Backwards {
+		t.Errorf("by buckets: %d duplicates, %d unchecked, %d back in time; in memory %d, %d, %d",
+			byBuckets.Duplicates, byBuckets.Unchecked, byBuckets.Backwards, mem.Duplicates, mem.Unchecked, mem.Backwards)
 	}
 }

@@ -44,13 +44,15 @@ func (f *TopicFold) BackwardsSample() []string {
 
 // Recheck reads the records again (read replays them in the order Add
 // saw them; it may leave out keys Add did not remember) for the keys that
-// Add remembered as back in time (Repeats), and counts as Duplicates,
-// calling dup with the key, each such record that repeats an earlier
-// version of its key other than its previous record (Add counted those).
-// See TopicFold. Without such keys it reads nothing. It holds at most
-// maxVersions versions; a record back in time whose key's versions did
-// not all fit, and that matches none that did, is counted as Unchecked.
-func (f *TopicFold) Recheck(read func(fn func(key, value, updatedAt []byte) error) error, dup func(key string)) error {
+// Add remembered as back in time (Repeats), and counts as Duplicates each
+// such record that repeats an earlier version of its key other than its
+// previous record (Add counted those). See TopicFold. Without such keys it
+// reads nothing. It holds at most maxVersions versions; a record back in
+// time whose key's versions did not all fit, and that matches none that
+// did, is counted as Unchecked. It calls note (when not nil) with the key
+// of each record it counts, and whether it is a duplicate (else
+// unchecked).
+func (f *TopicFold) Recheck(read func(fn func(key, value, updatedAt []byte) error) error, note func(key string, dup bool)) error {
 	if len(f.back) == 0 {
 		return nil
 	}
@@ -64,6 +66,9 @@ func (f *TopicFold) Recheck(read func(fn func(key, value, updatedAt []byte) erro
 		prevVer  uint32
 		// partial: a version of the key did not fit in seen.
 		partial bool
+		// life counts the key's tombstones: versions are compared within
+		// one life of the key (see below).
+		life uint64
 	}
 	keys := make(map[string]*history, len(f.back))
 	for k := range f.back {
@@ -86,22 +91,42 @@ func (f *TopicFold) Recheck(read func(fn func(key, value, updatedAt []byte) erro
 		} else {
 			sum, ver = digest(false, value), versionOf(updatedAt)
 		}
-		v := mix64(h.id ^ mix64(sum^xxhash.Sum64(updatedAt)*0x9e3779b97f4a7c15))
-		if tomb {
-			v = ^v
+		// The version: its content and its updated_at header, in the key's
+		// current life.
+		uh := xxhash.Sum64(updatedAt)
+		version := func() uint64 {
+			v := mix64(h.id ^ mix64(h.life+mix64(sum^uh*0x9e3779b97f4a7c15)))
+			if tomb {
+				v = ^v
+			}
+			return v
 		}
+		v := version()
 		if at != noTime && at < h.newest {
 			previous := h.prevSum == sum && h.prevTomb == tomb && (tomb || h.prevVer == ver || h.prevVer == 0 || ver == 0)
 			_, again := seen[v]
 			switch {
 			case again && !previous:
 				f.Stats.Duplicates++
-				if dup != nil {
-					dup(string(key))
+				if note != nil {
+					note(string(key), true)
 				}
 			case !again && h.partial:
 				f.Stats.Unchecked++
+				if note != nil {
+					note(string(key), false)
+				}
 			}
+		}
+		if tomb {
+			// A delete ends the key's life. A row that comes back as it
+			// was (restored with its old updated_at, which the next sweep
+			// republishes) is published again by design: its versions
+			// are compared from here on. The delete itself counts in the
+			// new life, so a repeated delete is still a repeat.
+			h.life++
+			v = version()
+			h.partial = false
 		}
 		if at != noTime {
 			if len(seen) < f.maxVersions {

@@ -95,9 +95,13 @@ const (
 	MaxRecheckVersions = 1 << 21
 )
 
+// recheckKeys and recheckVersions are the bounds NewTopicFold gives a
+// fold (tests lower them).
+var recheckKeys, recheckVersions = MaxRecheckKeys, MaxRecheckVersions
+
 // NewTopicFold returns an empty fold sized for n live keys.
 func NewTopicFold(n int) *TopicFold {
-	return &TopicFold{Live: NewKeySet(n), dead: NewKeySet(16), back: map[string]struct{}{}, maxBack: MaxRecheckKeys, maxVersions: MaxRecheckVersions}
+	return &TopicFold{Live: NewKeySet(n), dead: NewKeySet(16), back: map[string]struct{}{}, maxBack: recheckKeys, maxVersions: recheckVersions}
 }
 
 // Add folds one record (value nil: a tombstone; updatedAt its header)
