@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -42,6 +44,9 @@ func check(ctx context.Context, pool *pgxpool.Pool, cfg Config) (Report, error) 
 	}
 	if err := checkIndex(ctx, pool, cfg, t, buildQueries(cfg, t), &rep); err != nil {
 		return rep, err
+	}
+	if slices.ContainsFunc(rep.Findings, func(f Finding) bool { return f.Check == "row security" }) {
+		return rep, nil // every query on the table is refused
 	}
 	err = checkTimes(ctx, pool, cfg, t, &rep)
 	return rep, err
@@ -140,6 +145,10 @@ func checkIndex(ctx context.Context, pool *pgxpool.Pool, cfg Config, t *table, q
 	args := explainParams(t)
 	natural, err := explain(ctx, tx, q.next, args)
 	if err != nil {
+		if rerr := rowSecurity(ctx, pool, t.ident, err); rerr != nil {
+			rep.fail("row security", "%s", strings.TrimPrefix(rerr.Error(), ErrBadConfig.Error()+": "))
+			return nil
+		}
 		if isQueryError(err) && ctx.Err() == nil {
 			rep.fail("filter", "the page query for %s is rejected by PostgreSQL (check filter and columns): %v", t.ident, err)
 			return nil

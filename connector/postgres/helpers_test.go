@@ -3,9 +3,12 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/connector/postgres"
@@ -13,6 +16,25 @@ import (
 )
 
 func TestMain(m *testing.M) { harness.Main(m) }
+
+// loginRole creates a login role (named after the test's schema, roles
+// being the cluster's) with USAGE on the schema, dropped at cleanup, and
+// returns its quoted name and a URL that connects as it.
+func loginRole(t *testing.T, db *harness.DB, suffix string) (ident, dsn string) {
+	t.Helper()
+	ident = pgx.Identifier{db.Schema + "_" + suffix}.Sanitize()
+	db.Exec(t, fmt.Sprintf("CREATE ROLE %s LOGIN", ident))
+	t.Cleanup(func() {
+		_, _ = db.Pool.Exec(context.Background(), fmt.Sprintf("DROP OWNED BY %s; DROP ROLE %s", ident, ident))
+	})
+	db.Exec(t, fmt.Sprintf("GRANT USAGE ON SCHEMA %s TO %s", pgx.Identifier{db.Schema}.Sanitize(), ident))
+	u, err := url.Parse(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(db.Schema + "_" + suffix)
+	return ident, u.String()
+}
 
 // config returns a Config for table in the test's schema.
 func config(db *harness.DB, table string) postgres.Config {

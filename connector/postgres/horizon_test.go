@@ -3,12 +3,9 @@ package postgres_test
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/connector/postgres"
@@ -100,21 +97,10 @@ func TestCheckHorizon(t *testing.T) {
 		t.Fatalf("superuser: %v %v", fs, err)
 	}
 
-	role := db.Schema + "_reader"
-	ident := pgx.Identifier{role}.Sanitize()
-	db.Exec(t, fmt.Sprintf("CREATE ROLE %s LOGIN", ident))
-	t.Cleanup(func() {
-		_, _ = db.Pool.Exec(context.Background(), fmt.Sprintf("DROP OWNED BY %s; DROP ROLE %s", ident, ident))
-	})
-	db.Exec(t, fmt.Sprintf("GRANT USAGE ON SCHEMA %s TO %s", pgx.Identifier{db.Schema}.Sanitize(), ident))
+	ident, dsn := loginRole(t, db, "reader")
 	db.Exec(t, fmt.Sprintf("GRANT SELECT ON t TO %s", ident))
-	u, err := url.Parse(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.User(role)
 	cfg := config(db, "t")
-	cfg.DSN = u.String()
+	cfg.DSN = dsn
 	src := open(t, cfg)
 
 	fs, err = src.CheckHorizon(ctx)
@@ -144,7 +130,7 @@ func TestCheckHorizon(t *testing.T) {
 	// says so, naming it.
 	db.Exec(t, fmt.Sprintf("ALTER ROLE %s SET track_activities = off", ident))
 	fs, err = src.CheckHorizon(ctx)
-	if err != nil || len(fs) != 2 || fs[1].Severity != postgres.Warn || !strings.Contains(fs[1].Message, "track_activities is set off for role "+role) {
+	if err != nil || len(fs) != 2 || fs[1].Severity != postgres.Warn || !strings.Contains(fs[1].Message, "track_activities is set off for role "+db.Schema+"_reader") {
 		t.Fatalf("role with track_activities off: %v %v", fs, err)
 	}
 	if h, err := src.Horizon(ctx); err != nil || h.OldestWriter.IsZero() {

@@ -35,7 +35,8 @@ func (s Severity) String() string {
 type Finding struct {
 	Severity Severity
 	// Check names what was checked: "table", "id", "updated_at",
-	// "deleted_at", "columns", "filter", "index", "horizon".
+	// "deleted_at", "columns", "filter", "row security", "index",
+	// "horizon".
 	Check string
 	// Message says what was found and, for Warn and Fail, what to do.
 	Message string
