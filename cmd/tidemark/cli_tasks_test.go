@@ -388,3 +388,15 @@ func TestCLITaskModePrintNotifySQL(t *testing.T) {
 		t.Errorf("feed serve with tables: exit %d\n%s\n%s", code, out, errOut)
 	}
 }
+
+// TestCLITaskModeVerifyReplicaNeedsTask: --replica-table names one replica
+// table; with tables: and no --task, verify compared every task's source
+// with it and reported all but one as different. It is a usage error
+// naming --task, before anything connects.
+func TestCLITaskModeVerifyReplicaNeedsTask(t *testing.T) {
+	cfg := tasksEdgeConfig(t)
+	code, out, errOut := edgeCLI(t, nil, "verify", "--config", cfg, "--replica-table", "orders_replica")
+	if code != exitConfig || !strings.Contains(errOut, "--task") || !strings.Contains(errOut, "public.orders") {
+		t.Errorf("verify --replica-table with tables: and no --task: exit %d, want 2 naming --task and the tasks\n%s\n%s", code, out, errOut)
+	}
+}

@@ -60,7 +60,7 @@ var commands = []command{
 	{"run", "sync the source into Kafka (continuously, or --once)", cmdRun},
 	{"check", "preflight: check the source table and the topics, print what was found", checkCommand},
 	{"status", "print the committed checkpoint", perTask(cmdStatus)},
-	{"verify", "prove the topic (or a replica table) equals the source: key set and content", perTask(cmdVerify)},
+	{"verify", "prove the topic (or a replica table) equals the source: key set and content", replicaOfOneTask(perTask(cmdVerify))},
 	{"sweep", "reconcile now: tombstones for hard-deleted rows, repair of missing or stale keys", perTask(cmdSweep)},
 	{"replica", "fold the topic into a PostgreSQL table, exactly once (--target-table, --from-beginning, --once)", oneTask(cmdReplica)},
 	{"ledger", "print the ledger: runs, where each resumed from, and every committed transaction", perTask(cmdLedger)},

@@ -15,6 +15,18 @@ import (
 // errMismatch is returned by verify when the target differs (exit 5).
 var errMismatch = errors.New("verify found differences")
 
+// replicaOfOneTask refuses verify --replica-table for every task of a
+// configuration with tables: the flag names one replica table, the copy of
+// one task, and each other task's source would be compared with it.
+func replicaOfOneTask(run func(context.Context, *cli) error) func(context.Context, *cli) error {
+	return func(ctx context.Context, a *cli) error {
+		if a.replicaTable != "" && len(a.cfg.Tasks) > 0 && a.taskFlag == "" {
+			return usageErrorf("--replica-table names the replica of one table: this configuration has tables:, so name the task it copies with --task (one of %s)", a.cfg.taskNames())
+		}
+		return run(ctx, a)
+	}
+}
+
 // cmdVerify compares the source, under one snapshot, with the data topic
 // (or with a replica table) by key set and content digest.
 func cmdVerify(ctx context.Context, a *cli) error {
