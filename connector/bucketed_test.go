@@ -422,9 +422,11 @@ func TestTopicFold(t *testing.T) {
 // time. A record older than the key's newest with a version never seen (a
 // row whose updated_at went back: an older transaction wrote it last) is
 // counted as Backwards, not as a repeat, and so is a value repeated under
-// the key's newest updated_at (the header cannot tell those versions
-// apart), and a version that comes back after a delete of its key (a row
-// restored as it was, which the sweep republishes).
+// the key's newest updated_at right after another record with it (the
+// header cannot tell those versions apart), and a version that comes back
+// after a delete of its key (a row restored as it was, which the sweep
+// republishes). The newest version repeated after an older record is a
+// repeat.
 func TestTopicFoldRepeatOfAnEarlierVersion(t *testing.T) {
 	at := func(s int) string {
 		return schemas.FormatTime(time.Date(2026, 12, 2, 3, 0, s, 123456000, time.UTC))
@@ -441,6 +443,8 @@ func TestTopicFoldRepeatOfAnEarlierVersion(t *testing.T) {
 		{"h", "A", at(1)}, {"h", "A", ""}, {"h", "B", at(2)}, {"h", "A", at(1)}, // a header-less record between: one
 		{"i", "A", at(1)}, {"i", "", at(5)}, {"i", "A", at(1)}, // deleted (the sweep's tombstone, at its view), restored as it was: none
 		{"j", "A", at(1)}, {"j", "", at(5)}, {"j", "A", at(1)}, {"j", "B", at(2)}, {"j", "A", at(1)}, // restored, then A again after B: one
+		{"k", "A", at(2)}, {"k", "B", at(1)}, {"k", "A", at(2)}, // the newest again after an older one: one
+		{"l", "A", at(2)}, {"l", "B", at(2)}, {"l", "C", at(1)}, {"l", "B", at(2)}, // the same, under one updated_at: one
 	}
 	read := func(fn func(k, v, at []byte) error) error {
 		for _, r := range recs {
@@ -469,13 +473,13 @@ func TestTopicFoldRepeatOfAnEarlierVersion(t *testing.T) {
 	}
 	slices.Sort(keys)
 	// e's second A repeats its previous record: the first read counts it.
-	if want := []string{"a", "d", "e", "g", "h", "j"}; !slices.Equal(keys, want) {
+	if want := []string{"a", "d", "e", "g", "h", "j", "k", "l"}; !slices.Equal(keys, want) {
 		t.Errorf("Recheck found repeats of earlier versions in %v, want %v", keys, want)
 	}
-	if f.Stats.Duplicates != 8 || f.Stats.Backwards != 12 || f.Stats.Records != int64(len(recs)) {
-		t.Errorf("stats %+v; want 8 duplicates (h's header-less A repeats by its value), 12 records back in time", f.Stats)
+	if f.Stats.Duplicates != 10 || f.Stats.Backwards != 14 || f.Stats.Records != int64(len(recs)) {
+		t.Errorf("stats %+v; want 10 duplicates (h's header-less A repeats by its value), 14 records back in time", f.Stats)
 	}
-	if got := f.BackwardsSample(); !slices.Equal(got, []string{"a", "b", "c", "d", "e", "g", "h", "i", "j"}) {
+	if got := f.BackwardsSample(); !slices.Equal(got, []string{"a", "b", "c", "d", "e", "g", "h", "i", "j", "k"}) {
 		t.Errorf("keys back in time %v", got)
 	}
 }

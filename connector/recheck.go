@@ -64,6 +64,7 @@ func (f *TopicFold) Recheck(read func(fn func(key, value, updatedAt []byte) erro
 		prevTomb bool
 		prevSum  uint64
 		prevVer  uint32
+		prevAt   int64
 		// partial: a version of the key did not fit in seen.
 		partial bool
 		// life counts the key's tombstones: versions are compared within
@@ -72,7 +73,7 @@ func (f *TopicFold) Recheck(read func(fn func(key, value, updatedAt []byte) erro
 	}
 	keys := make(map[string]*history, len(f.back))
 	for k := range f.back {
-		keys[k] = &history{id: xxhash.Sum64String(k), newest: noTime}
+		keys[k] = &history{id: xxhash.Sum64String(k), newest: noTime, prevAt: noTime}
 	}
 	// seen holds the versions (content and updated_at header) of the
 	// keys, each mixed with its key.
@@ -102,7 +103,12 @@ func (f *TopicFold) Recheck(read func(fn func(key, value, updatedAt []byte) erro
 			return v
 		}
 		v := version()
-		if at != noTime && at < h.newest {
+		// A repeat is older than the key's newest, or carries the newest
+		// after an older record (A, then B from an older transaction,
+		// then A again). Under the newest right after the newest, a
+		// record cannot be told from a row changed without a new
+		// updated_at.
+		if at != noTime && (at < h.newest || at == h.newest && h.prevAt != h.newest) {
 			previous := h.prevSum == sum && h.prevTomb == tomb && (tomb || h.prevVer == ver || h.prevVer == 0 || ver == 0)
 			_, again := seen[v]
 			switch {
@@ -136,7 +142,7 @@ func (f *TopicFold) Recheck(read func(fn func(key, value, updatedAt []byte) erro
 			}
 			h.newest = max(h.newest, at)
 		}
-		h.prevTomb, h.prevSum, h.prevVer = tomb, sum, ver
+		h.prevTomb, h.prevSum, h.prevVer, h.prevAt = tomb, sum, ver, at
 		return nil
 	})
 }

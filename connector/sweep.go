@@ -66,8 +66,8 @@ type TopicStats struct {
 // (verify), Add remembers those keys and Recheck reads them again, counting
 // as Duplicates the records that repeat an earlier version of their key,
 // its value and its updated_at header. A version repeated under the key's
-// newest updated_at is not counted: the header cannot tell it from a row
-// changed without a new updated_at.
+// newest updated_at right after another record with it is not counted: the
+// header cannot tell it from a row changed without a new updated_at.
 type TopicFold struct {
 	Live  *KeySet
 	dead  *KeySet // keys whose last record is a tombstone: digest of its updated_at
