@@ -160,7 +160,7 @@ func (r *Report) Text() string {
 	case r.Duplicates > 0:
 		verdict = fmt.Sprintf("EXACTLY-ONCE VIOLATED: the state matches, but %d row versions were published twice", r.Duplicates)
 	case r.Unchecked > 0:
-		verdict = fmt.Sprintf("UNPROVEN: the state matches, but %d records back in time could not be checked for repeats of an earlier version (too many keys or versions went back)", r.Unchecked)
+		verdict = fmt.Sprintf("UNPROVEN: the state matches, but %d records back in time could not be checked for repeats of an earlier version (too many keys or versions went back); verify by buckets, each range with a budget of its own: --sweep.max_keys_in_memory 200000", r.Unchecked)
 	}
 	fmt.Fprintf(&b, "verify %s against the source\n", r.Target)
 	fmt.Fprintf(&b, "  source view:   snapshot at %s\n", r.SourceView)
