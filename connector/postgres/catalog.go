@@ -98,6 +98,17 @@ func inspect(ctx context.Context, q querier, cfg Config) (*table, Report, error)
 		rep.ok("table", "table %s exists and is readable", t.ident)
 	}
 
+	// A SQL_ASCII database stores text bytes unchecked and converts
+	// nothing for a UTF8 client, so a value may not be UTF-8; its JSON
+	// holds U+FFFD for such bytes (appendString).
+	var encoding string
+	if err := q.QueryRow(ctx, "SELECT current_setting('server_encoding')").Scan(&encoding); err != nil {
+		return nil, rep, fmt.Errorf("read server_encoding: %w", err)
+	}
+	if encoding == "SQL_ASCII" {
+		rep.warn("encoding", "the database's encoding is SQL_ASCII: PostgreSQL stores text bytes without checking them and converts nothing, so a text value of %s may not be UTF-8; records are JSON, where each such byte becomes U+FFFD, so two values that differ only there publish, and verify, as one; move the data to a UTF8 database, or make sure every writer writes UTF-8", t.ident)
+	}
+
 	if err := t.loadColumns(ctx, q); err != nil {
 		return nil, rep, err
 	}

@@ -490,8 +490,9 @@ const hexDigits = "0123456789abcdef"
 // part of the record format): `"` and `\` are backslash-escaped, \b \f \n
 // \r \t use their short forms, other control characters are \u00XX, and
 // everything else, including non-ASCII UTF-8 and <>&, is verbatim. Invalid
-// UTF-8 (which PostgreSQL does not emit with client_encoding UTF8) becomes
-// U+FFFD so the output is always valid JSON.
+// UTF-8 (which PostgreSQL does not emit with client_encoding UTF8, except
+// from a SQL_ASCII database, which check warns of) becomes U+FFFD so the
+// output is always valid JSON.
 func appendString(dst, s []byte) []byte {
 	dst = append(dst, '"')
 	start := 0

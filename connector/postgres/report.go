@@ -36,7 +36,7 @@ type Finding struct {
 	Severity Severity
 	// Check names what was checked: "table", "id", "updated_at",
 	// "deleted_at", "columns", "filter", "row security", "index",
-	// "horizon".
+	// "encoding", "horizon".
 	Check string
 	// Message says what was found and, for Warn and Fail, what to do.
 	Message string
