@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/tidemark/tidemark/test/harness"
 )
@@ -108,5 +111,53 @@ func TestCLIStatusKafkaLineWithoutCheckpoint(t *testing.T) {
 	code, out, errOut := edgeCLI(t, nil, "status", "--config", cfg)
 	if code != exitOK || !strings.Contains(out, "no committed checkpoint") || !strings.Contains(out, "kafka:        tls off; sasl off") {
 		t.Errorf("status before the first run: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+// TestCLIRowLevelSecurityExit2: a role that a row-level security policy
+// applies to would read only part of the table; check, run and verify
+// refuse it with exit 2, naming row-level security and the fix, and do not
+// blame the database's CONNECT privilege for PostgreSQL's 42501.
+func TestCLIRowLevelSecurityExit2(t *testing.T) {
+	w := newCLIWorld(t)
+	ctx := context.Background()
+	w.db.Exec(t, "ALTER TABLE items ENABLE ROW LEVEL SECURITY")
+	w.db.Exec(t, "CREATE POLICY odd ON items FOR SELECT USING (id % 2 = 1)")
+	role := w.db.Schema + "_rls"
+	ident := pgx.Identifier{role}.Sanitize()
+	w.db.Exec(t, fmt.Sprintf("CREATE ROLE %s LOGIN", ident))
+	t.Cleanup(func() {
+		_, _ = w.db.Pool.Exec(context.Background(), fmt.Sprintf("DROP OWNED BY %s; DROP ROLE %s", ident, ident))
+	})
+	w.db.Exec(t, fmt.Sprintf("GRANT USAGE ON SCHEMA %s TO %s", pgx.Identifier{w.db.Schema}.Sanitize(), ident))
+	w.db.Exec(t, fmt.Sprintf("GRANT SELECT ON items TO %s", ident))
+	u, err := url.Parse(w.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	w.dsn = u.String()
+	cfg := w.config("rls.yaml", "items", "")
+	for _, args := range [][]string{{"check"}, {"run", "--once"}, {"verify"}} {
+		code, out, errOut := w.cli(ctx, append(args, "--config", cfg)...)
+		all := out + errOut
+		if code != exitConfig || !strings.Contains(all, "row-level security") || !strings.Contains(all, "BYPASSRLS") || strings.Contains(all, "GRANT CONNECT") {
+			t.Errorf("%v as a role under row-level security: exit %d, want 2 naming row-level security and BYPASSRLS\n%s", args, code, all)
+		}
+	}
+
+	// The database's CONNECT privilege is still named when it is what
+	// PostgreSQL refused (a database of the test's own, so that no other
+	// test loses it).
+	dbName := pgx.Identifier{w.db.Schema + "_noconnect"}.Sanitize()
+	w.db.Exec(t, "CREATE DATABASE "+dbName)
+	t.Cleanup(func() { _, _ = w.db.Pool.Exec(context.Background(), "DROP DATABASE "+dbName+" WITH (FORCE)") })
+	w.db.Exec(t, "REVOKE CONNECT ON DATABASE "+dbName+" FROM PUBLIC")
+	u.Path = "/" + w.db.Schema + "_noconnect"
+	w.dsn = u.String()
+	cfg = w.config("noconnect.yaml", "items", "")
+	code, out, errOut := w.cli(ctx, "check", "--config", cfg)
+	if code != exitConfig || !strings.Contains(out+errOut, "GRANT CONNECT ON DATABASE") {
+		t.Errorf("check without CONNECT on the database: exit %d, want 2 naming GRANT CONNECT\n%s%s", code, out, errOut)
 	}
 }

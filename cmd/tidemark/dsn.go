@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -32,6 +33,11 @@ func (a *cli) checkDSN(key, dsn string) error {
 // else (the server down, a network error) is a runtime failure (exit 1).
 func openError(key, dsn, what string, err error) error {
 	var pe *pgconn.PgError
+	if errors.Is(err, postgres.ErrBadConfig) {
+		// The source said what is wrong and what to do (a filter, row-level
+		// security): its words, not a guess from the SQLSTATE.
+		return fmt.Errorf("%s %s: %w", what, RedactDSN(dsn), err)
+	}
 	if errors.As(err, &pe) {
 		fix := ""
 		switch pe.Code {
@@ -42,7 +48,9 @@ func openError(key, dsn, what string, err error) error {
 		case "28000": // invalid_authorization_specification
 			fix = "the server refused the login (no such role, or no pg_hba.conf entry for this host, user and database): fix the user in " + key + " or the server's pg_hba.conf"
 		case "42501": // insufficient_privilege
-			fix = "the user may not connect to this database: GRANT CONNECT ON DATABASE to it"
+			if strings.Contains(pe.Message, "for database") { // permission denied for database d
+				fix = "the user may not connect to this database: GRANT CONNECT ON DATABASE to it"
+			}
 		}
 		if fix != "" {
 			return &ConfigError{Key: key, Msg: fmt.Sprintf("%s %s: %s (PostgreSQL %s: %s)", what, RedactDSN(dsn), fix, pe.Code, pe.Message)}
