@@ -504,15 +504,20 @@ func TestTopicFoldRecheckBudget(t *testing.T) {
 		}
 		return nil
 	}
+	foldTwice := func(f *TopicFold) *TopicFold {
+		t.Helper()
+		f.Repeats = true
+		if err := read(func(k, v, at []byte) error { _, err := f.Add(k, v, at); return err }); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Recheck(read, nil); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
 	f := NewTopicFold(4)
-	f.Repeats = true
 	f.maxBack = 2
-	if err := read(func(k, v, at []byte) error { _, err := f.Add(k, v, at); return err }); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Recheck(read, nil); err != nil {
-		t.Fatal(err)
-	}
+	foldTwice(f)
 	if f.Stats.Duplicates != 2 || f.Stats.Backwards != 3 || f.Stats.Unchecked != 1 {
 		t.Errorf("stats %+v; want 2 duplicates, 3 records back in time, 1 unchecked", f.Stats)
 	}
@@ -521,14 +526,8 @@ func TestTopicFoldRecheckBudget(t *testing.T) {
 	// is found; none of b's does, so its record back in time is unchecked.
 	recs = recs[:6]
 	f = NewTopicFold(4)
-	f.Repeats = true
 	f.maxVersions = 1
-	if err := read(func(k, v, at []byte) error { _, err := f.Add(k, v, at); return err }); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Recheck(read, nil); err != nil {
-		t.Fatal(err)
-	}
+	foldTwice(f)
 	if f.Stats.Duplicates != 1 || f.Stats.Backwards != 2 || f.Stats.Unchecked != 1 {
 		t.Errorf("with one version held: stats %+v; want 1 duplicate, 2 records back in time, 1 unchecked", f.Stats)
 	}

@@ -18,14 +18,7 @@ import (
 func TestCLIVerifyDuplicateExit5(t *testing.T) {
 	w := newVFWorld(t, "")
 	w.mustCLI("run", "--once")
-	st, err := fold.Map(context.Background(), w.opts(), vfTopic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	last, ok := st.Live["3"]
-	if !ok {
-		t.Fatal("key 3 not in the topic")
-	}
+	last := w.lastRecord("3")
 	cl, err := kgo.NewClient(append(w.opts(), kgo.DefaultProduceTopic(vfTopic), kgo.DisableIdempotentWrite(),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))...)
 	if err != nil {
@@ -90,14 +83,7 @@ func TestCLIVerifyRepeatOfAnEarlierVersionExit5(t *testing.T) {
 		}
 	}
 
-	st, err := fold.Map(context.Background(), w.opts(), vfTopic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, ok := st.Live["3"]
-	if !ok {
-		t.Fatal("key 3 not in the topic")
-	}
+	a := w.lastRecord("3")
 	at, err := schemas.ParseTime(a.Headers[schemas.HeaderUpdatedAt])
 	if err != nil {
 		t.Fatalf("key 3's updated_at header: %v", err)
@@ -135,4 +121,19 @@ func TestCLIVerifyRepeatOfAnEarlierVersionExit5(t *testing.T) {
 			}
 		}
 	}
+}
+
+// lastRecord is the last record of key in the topic (folded
+// read_committed).
+func (w *vfWorld) lastRecord(key string) fold.Entry {
+	w.t.Helper()
+	st, err := fold.Map(context.Background(), w.opts(), vfTopic)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	e, ok := st.Live[key]
+	if !ok {
+		w.t.Fatalf("key %s not in the topic", key)
+	}
+	return e
 }
