@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -48,8 +47,11 @@ func openError(key, dsn, what string, err error) error {
 		case "28000": // invalid_authorization_specification
 			fix = "the server refused the login (no such role, or no pg_hba.conf entry for this host, user and database): fix the user in " + key + " or the server's pg_hba.conf"
 		case "42501": // insufficient_privilege
-			if strings.Contains(pe.Message, "for database") { // permission denied for database d
+			var ce *pgconn.ConnectError
+			if errors.As(err, &ce) { // refused at connect: the database's CONNECT privilege
 				fix = "the user may not connect to this database: GRANT CONNECT ON DATABASE to it"
+			} else {
+				fix = "the user lacks a privilege this needs (PostgreSQL's message names it): grant it, or connect as a role that has it"
 			}
 		}
 		if fix != "" {

@@ -171,6 +171,9 @@ func cmdFeed(ctx context.Context, a *cli) error {
 	if err := a.checkDSN("source.dsn", pc.DSN); err != nil { // dsn.go
 		return err
 	}
+	// The feed serves what its role may read: a row-level security policy
+	// may scope it on purpose (postgres.Config.RowSecurity).
+	pc.RowSecurity = true
 	table, err := postgres.New(ctx, pc)
 	if err != nil {
 		return openError("source.dsn", pc.DSN, "open PostgreSQL table", err)

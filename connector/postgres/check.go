@@ -145,7 +145,10 @@ func checkIndex(ctx context.Context, pool *pgxpool.Pool, cfg Config, t *table, q
 	args := explainParams(t)
 	natural, err := explain(ctx, tx, q.next, args)
 	if err != nil {
-		if rerr := rowSecurity(ctx, pool, t.ident, err); rerr != nil {
+		// The pool may hold one connection (pool_max_conns=1): give the
+		// transaction's back before rowSecurity asks the catalog.
+		_ = tx.Rollback(ctx)
+		if rerr := rowSecurity(ctx, pool, t, err); rerr != nil {
 			rep.fail("row security", "%s", strings.TrimPrefix(rerr.Error(), ErrBadConfig.Error()+": "))
 			return nil
 		}

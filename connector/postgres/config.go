@@ -59,6 +59,14 @@ type Config struct {
 	LoadWorkers int
 	// Logger receives the source's warnings. Default: slog.Default().
 	Logger *slog.Logger
+	// RowSecurity lets row-level security policies that apply to the role
+	// filter what it reads, as PostgreSQL does by default. A connector
+	// must not: it would publish part of the table, and verify, behind the
+	// same policies, could not see the rest missing; so by default the
+	// sessions set row_security off and such a table is refused. The
+	// reference feed (tidemark feed serve) serves what its role may see,
+	// and sets it. Default: false.
+	RowSecurity bool
 }
 
 func (c *Config) logger() *slog.Logger {

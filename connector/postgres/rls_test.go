@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/connector/postgres"
@@ -48,13 +49,31 @@ func TestRowLevelSecurityIsRefusedNotFiltered(t *testing.T) {
 		}
 	}
 
-	// The preflight says so too, as a failed check.
-	rep, err := postgres.Check(ctx, cfg)
-	if err != nil {
-		t.Fatalf("check as %s: %v", ident, err)
+	// The preflight says so too, as a failed check, on a pool of one
+	// connection as well.
+	one := cfg
+	one.DSN += "&pool_max_conns=1"
+	if !strings.Contains(cfg.DSN, "?") {
+		one.DSN = cfg.DSN + "?pool_max_conns=1"
 	}
-	if err := rep.Err(); err == nil || !strings.Contains(err.Error(), "row-level security") {
-		t.Errorf("check as %s: %v; want a failure naming row-level security", ident, err)
+	for _, c := range []postgres.Config{cfg, one} {
+		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		rep, err := postgres.Check(cctx, c)
+		cancel()
+		if err != nil {
+			t.Fatalf("check as %s: %v", ident, err)
+		}
+		if err := rep.Err(); err == nil || !strings.Contains(err.Error(), "row-level security") {
+			t.Errorf("check as %s: %v; want a failure naming row-level security", ident, err)
+		}
+	}
+
+	// The reference feed serves what its role may read, on purpose.
+	scoped := cfg
+	scoped.RowSecurity = true
+	n := 0
+	if _, err := open(t, scoped).ScanLive(ctx, func(*connector.Row) error { n++; return nil }); err != nil || n != 5 {
+		t.Errorf("with RowSecurity (the feed): %d rows, %v; want the policy's 5", n, err)
 	}
 
 	// The owner is not subject to the policy (without FORCE ROW LEVEL

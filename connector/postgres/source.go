@@ -305,7 +305,7 @@ func prepare(ctx context.Context, pool *pgxpool.Pool, sh *shape) error {
 	defer conn.Release()
 	for _, sql := range append([]string{sh.q.all, sh.q.since, sh.q.next, sh.q.sinceBefore, sh.q.nextBefore}, sh.q.load[:]...) {
 		if _, err := conn.Conn().Prepare(ctx, "", sql); err != nil {
-			if rerr := rowSecurity(ctx, conn.Conn(), sh.tbl.ident, err); rerr != nil {
+			if rerr := rowSecurity(ctx, conn.Conn(), sh.tbl, err); rerr != nil {
 				return rerr
 			}
 			if ctx.Err() == nil && isQueryError(err) {
@@ -348,7 +348,9 @@ func connect(ctx context.Context, cfg Config, conns int32) (*pgxpool.Pool, error
 	// missing. With row_security off such a query fails instead, and
 	// prepare says what to do (rowSecurity). The owner and roles with
 	// BYPASSRLS are not affected.
-	rp["row_security"] = "off"
+	if !cfg.RowSecurity {
+		rp["row_security"] = "off"
+	}
 	if rp["application_name"] == "" {
 		rp["application_name"] = "tidemark"
 	}
@@ -631,31 +633,34 @@ func updatedAtMicros(v []byte, text bool) (int64, error) {
 	return pgus + pgEpochMicros, nil
 }
 
+// rowSecurity turns PostgreSQL's refusal of a query that row-level
+// security would filter (row_security is off: see connect) into a bad
+// configuration naming the table, the role and the fix; nil for any other
+// error. It asks the catalog (row_security_active), not the message, which
+// depends on the server's lc_messages; a refusal caused by another table
+// (one a filter reads) stays PostgreSQL's own error.
+func rowSecurity(ctx context.Context, conn interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, t *table, err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "42501" || ctx.Err() != nil {
+		return nil
+	}
+	var active bool
+	var name string
+	if conn.QueryRow(ctx, "SELECT row_security_active($1::oid), current_user", t.oid).Scan(&active, &name) != nil || !active {
+		return nil
+	}
+	role := pgx.Identifier{name}.Sanitize()
+	return fmt.Errorf("%w: table %s has row-level security, and its policies apply to role %s: PostgreSQL would show tidemark only the rows they allow and hide the others, which would never be published (and verify, reading through the same policies, could not see them missing); connect as the table's owner or as a role with BYPASSRLS (ALTER ROLE %s BYPASSRLS), or disable row-level security on the table: %w",
+		ErrBadConfig, t.ident, role, role, err)
+}
+
 // isQueryError reports whether err is PostgreSQL rejecting a statement
 // itself: its syntax, a name or type in it, a privilege it needs (SQLSTATE
 // classes 42, 22, 0A, 21 and 3F). Anything else that comes from the server,
 // a terminated backend (57P01), a shutdown, a lost connection, a lack of
 // resources, is the session failing, which is transient.
-// rowSecurity turns PostgreSQL's refusal of a query that row-level
-// security would filter (row_security is off: see New) into a bad
-// configuration naming the table, the role and the fix; nil for any other
-// error.
-func rowSecurity(ctx context.Context, conn interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, table string, err error) error {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "42501" || !strings.Contains(pgErr.Message, "row-level security") {
-		return nil
-	}
-	role := "the connecting role"
-	var name string
-	if conn.QueryRow(ctx, "SELECT current_user").Scan(&name) == nil {
-		role = pgx.Identifier{name}.Sanitize()
-	}
-	return fmt.Errorf("%w: table %s has row-level security, and its policies apply to role %s: PostgreSQL would show tidemark only the rows they allow and hide the others, which would never be published (and verify, reading through the same policies, could not see them missing); connect as the table's owner or as a role with BYPASSRLS (ALTER ROLE %s BYPASSRLS), or disable row-level security on the table: %w",
-		ErrBadConfig, table, role, role, err)
-}
-
 func isQueryError(err error) bool {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || len(pgErr.Code) < 2 {
