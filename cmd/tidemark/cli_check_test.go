@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"strings"
 	"testing"
 
@@ -123,19 +122,8 @@ func TestCLIRowLevelSecurityExit2(t *testing.T) {
 	ctx := context.Background()
 	w.db.Exec(t, "ALTER TABLE items ENABLE ROW LEVEL SECURITY")
 	w.db.Exec(t, "CREATE POLICY odd ON items FOR SELECT USING (id % 2 = 1)")
-	role := w.db.Schema + "_rls"
-	ident := pgx.Identifier{role}.Sanitize()
-	w.db.Exec(t, fmt.Sprintf("CREATE ROLE %s LOGIN", ident))
-	t.Cleanup(func() {
-		_, _ = w.db.Pool.Exec(context.Background(), fmt.Sprintf("DROP OWNED BY %s; DROP ROLE %s", ident, ident))
-	})
-	w.db.Exec(t, fmt.Sprintf("GRANT USAGE ON SCHEMA %s TO %s", pgx.Identifier{w.db.Schema}.Sanitize(), ident))
+	ident, u := w.loginRole("rls")
 	w.db.Exec(t, fmt.Sprintf("GRANT SELECT ON items TO %s", ident))
-	u, err := url.Parse(w.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.User(role)
 	w.dsn = u.String()
 	cfg := w.config("rls.yaml", "items", "")
 	for _, args := range [][]string{{"check"}, {"run", "--once"}, {"verify"}} {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/connector"
@@ -58,6 +59,26 @@ func newCLIWorld(t *testing.T) *cliWorld {
 		u.User = url.UserPassword(u.User.Username(), password)
 	}
 	return &cliWorld{t: t, db: db, kafka: harness.NewKafka(t), dsn: u.String(), password: password, dir: t.TempDir()}
+}
+
+// loginRole creates a login role named after the test's schema (roles
+// are the cluster's) with USAGE on the schema, dropped at cleanup, and
+// returns its quoted name and the world's DSN as that role.
+func (w *cliWorld) loginRole(suffix string) (ident string, dsn *url.URL) {
+	w.t.Helper()
+	role := w.db.Schema + "_" + suffix
+	ident = pgx.Identifier{role}.Sanitize()
+	w.db.Exec(w.t, fmt.Sprintf("CREATE ROLE %s LOGIN", ident))
+	w.t.Cleanup(func() {
+		_, _ = w.db.Pool.Exec(context.Background(), fmt.Sprintf("DROP OWNED BY %s; DROP ROLE %s", ident, ident))
+	})
+	w.db.Exec(w.t, fmt.Sprintf("GRANT USAGE ON SCHEMA %s TO %s", pgx.Identifier{w.db.Schema}.Sanitize(), ident))
+	dsn, err := url.Parse(w.dsn)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	dsn.User = url.User(role)
+	return ident, dsn
 }
 
 // config writes a config file; extra is appended under the top level

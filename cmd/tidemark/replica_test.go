@@ -2,12 +2,8 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"net/url"
 	"strings"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // TestCLIReplica: the whole loop in-process: run --once, replica --once
@@ -59,18 +55,7 @@ func TestCLIReplicaWithoutCreateExit2(t *testing.T) {
 	if code, out, errOut := w.cli(ctx, "run", "--config", cfg, "--once"); code != exitOK {
 		t.Fatalf("run --once: exit %d\n%s\n%s", code, out, errOut)
 	}
-	role := w.db.Schema + "_nocreate"
-	ident := pgx.Identifier{role}.Sanitize()
-	w.db.Exec(t, fmt.Sprintf("CREATE ROLE %s LOGIN", ident))
-	t.Cleanup(func() {
-		_, _ = w.db.Pool.Exec(context.Background(), fmt.Sprintf("DROP OWNED BY %s; DROP ROLE %s", ident, ident))
-	})
-	w.db.Exec(t, fmt.Sprintf("GRANT USAGE ON SCHEMA %s TO %s", pgx.Identifier{w.db.Schema}.Sanitize(), ident))
-	u, err := url.Parse(w.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.User(role)
+	_, u := w.loginRole("nocreate")
 	code, out, errOut := w.cli(ctx, "replica", "--config", cfg, "--target-table", "items_replica", "--once", "--target-dsn", u.String())
 	if code != exitConfig || !strings.Contains(errOut, "permission denied") || strings.Contains(errOut, "GRANT CONNECT") {
 		t.Errorf("replica as a role without CREATE: exit %d, want 2 naming the refusal\n%s\n%s", code, out, errOut)
