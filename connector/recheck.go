@@ -56,24 +56,9 @@ func (f *TopicFold) Recheck(read func(fn func(key, value, updatedAt []byte) erro
 	if len(f.back) == 0 {
 		return nil
 	}
-	type history struct {
-		id     uint64 // mixes the key into its versions' entries
-		newest int64
-		// The previous record, as Add compares it: a tombstone's digest
-		// is of its updated_at header.
-		prevTomb bool
-		prevSum  uint64
-		prevVer  uint32
-		prevAt   int64
-		// partial: a version of the key did not fit in seen.
-		partial bool
-		// life counts the key's tombstones: versions are compared within
-		// one life of the key (see below).
-		life uint64
-	}
-	keys := make(map[string]*history, len(f.back))
+	keys := make(map[string]*recheckKey, len(f.back))
 	for k := range f.back {
-		keys[k] = &history{id: xxhash.Sum64String(k), newest: noTime, prevAt: noTime}
+		keys[k] = &recheckKey{id: xxhash.Sum64String(k), newest: noTime, prevAt: noTime}
 	}
 	// seen holds the versions (content and updated_at header) of the
 	// keys, each mixed with its key.
@@ -92,17 +77,7 @@ func (f *TopicFold) Recheck(read func(fn func(key, value, updatedAt []byte) erro
 		} else {
 			sum, ver = digest(false, value), versionOf(updatedAt)
 		}
-		// The version: its content and its updated_at header, in the key's
-		// current life.
-		uh := xxhash.Sum64(updatedAt)
-		version := func() uint64 {
-			v := mix64(h.id ^ mix64(h.life+mix64(sum^uh*0x9e3779b97f4a7c15)))
-			if tomb {
-				v = ^v
-			}
-			return v
-		}
-		v := version()
+		v := h.version(sum, ver, tomb)
 		// A repeat is older than the key's newest, or carries the newest
 		// after an older record (A, then B from an older transaction,
 		// then A again). Under the newest right after the newest, a
@@ -131,7 +106,7 @@ func (f *TopicFold) Recheck(read func(fn func(key, value, updatedAt []byte) erro
 			// are compared from here on. The delete itself counts in the
 			// new life, so a repeated delete is still a repeat.
 			h.life++
-			v = version()
+			v = h.version(sum, ver, tomb)
 			h.partial = false
 		}
 		if at != noTime {
@@ -145,6 +120,34 @@ func (f *TopicFold) Recheck(read func(fn func(key, value, updatedAt []byte) erro
 		h.prevTomb, h.prevSum, h.prevVer, h.prevAt = tomb, sum, ver, at
 		return nil
 	})
+}
+
+// recheckKey is what Recheck holds of one key.
+type recheckKey struct {
+	id     uint64 // mixes the key into its versions' entries
+	newest int64
+	// The previous record, as Add compares it: a tombstone's digest is of
+	// its updated_at header.
+	prevTomb bool
+	prevSum  uint64
+	prevVer  uint32
+	prevAt   int64
+	// partial: a version of the key did not fit in Recheck's set.
+	partial bool
+	// life counts the key's tombstones: versions are compared within one
+	// life of the key.
+	life uint64
+}
+
+// version identifies a record of the key in its current life: its content
+// digest (a tombstone's is of its updated_at header), the fingerprint of
+// its updated_at header, and whether it is a tombstone.
+func (h *recheckKey) version(sum uint64, ver uint32, tomb bool) uint64 {
+	v := mix64(h.id ^ mix64(h.life+mix64(sum^uint64(ver)*0x9e3779b97f4a7c15)))
+	if tomb {
+		v = ^v
+	}
+	return v
 }
 
 // readAgain reads the parts readParts returned (none: nothing).
