@@ -79,6 +79,10 @@ type options struct {
 	// notifyOnly loads the table and runs only the source.notify latency
 	// runs, printing their lines instead of writing the report.
 	notifyOnly bool
+	// notifyRates and notifyArgs are the rates and extra `tidemark run`
+	// arguments of -notify-only.
+	notifyRates []int
+	notifyArgs  string
 	// compressionOnly loads the table and runs only the kafka.compression
 	// loads (compression.go), printing their lines instead of the report.
 	compressionOnly bool
@@ -97,7 +101,7 @@ func main() {
 }
 
 func run() int {
-	var o options
+	o := options{notifyRates: notifyRates}
 	flag.StringVar(&o.bin, "tidemark", "bin/tidemark", "tidemark binary (built with `go build` when missing)")
 	flag.IntVar(&o.rows, "rows", envInt("BENCH_ROWS", 1_000_000), "rows in the benchmark table (env BENCH_ROWS)")
 	flag.IntVar(&o.pairs, "pairs", 3, "baseline/tidemark pairs with the default settings (median reported)")
@@ -108,6 +112,18 @@ func run() int {
 	flag.BoolVar(&o.profileOnly, "profile-only", false, "only profile an in-process initial load and print the tops (no report)")
 	flag.BoolVar(&o.noWindow, "no-window", false, "skip the bulk-update (window) scenario")
 	flag.BoolVar(&o.notifyOnly, "notify-only", false, "only run the source.notify latency runs on the -rows table and print them (no report)")
+	flag.Func("notify-rates", "with -notify-only: the update rates, comma separated (default 1000,4000,10000)", func(v string) error {
+		o.notifyRates = nil
+		for f := range strings.SplitSeq(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n <= 0 {
+				return fmt.Errorf("%q is not a positive rate", f)
+			}
+			o.notifyRates = append(o.notifyRates, n)
+		}
+		return nil
+	})
+	flag.StringVar(&o.notifyArgs, "notify-args", "", "with -notify-only: more `tidemark run` arguments, space separated (say --source.notify_min_gap 5ms)")
 	flag.BoolVar(&o.loadOnly, "load-only", false, "only run the sync.load_workers initial loads on a shuffled -rows table (-pairs rounds) and print them (no report)")
 	flag.BoolVar(&o.noLoad, "no-load", false, "skip the sync.load_workers scenario")
 	flag.BoolVar(&o.compressionOnly, "compression-only", false, "only run the kafka.compression initial loads on the -rows table (-pairs rounds) and print them (no report)")
@@ -231,8 +247,8 @@ func (b *bench) run(ctx context.Context) error {
 		return err
 	}
 	if o.notifyOnly {
-		step(fmt.Sprintf("incremental latency with source.notify: %v updates/s for %s each", notifyRates, o.latency))
-		_, err := b.notifyRuns(ctx, main)
+		step(fmt.Sprintf("incremental latency with source.notify: %v updates/s for %s each", o.notifyRates, o.latency))
+		_, err := b.notifyRuns(ctx, main, o.notifyRates, strings.Fields(o.notifyArgs))
 		return err
 	}
 	// The first run into a fresh broker process paid for its heap's
@@ -349,7 +365,7 @@ func (b *bench) run(ctx context.Context) error {
 	}
 	fmt.Printf("      %s\n", b.res.latency.line())
 	step(fmt.Sprintf("incremental latency with source.notify: %v updates/s for %s each, poll_interval 1s", notifyRates, o.latency))
-	if b.res.notify, err = b.notifyRuns(ctx, small); err != nil {
+	if b.res.notify, err = b.notifyRuns(ctx, small, notifyRates, nil); err != nil {
 		return fmt.Errorf("notify latency: %w", err)
 	}
 

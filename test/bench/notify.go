@@ -37,7 +37,11 @@ var notifyRates = []int{1000, 4000, 10_000}
 // with source.notify at each of notifyRates (latencyRunSpec; sync.poll_interval
 // stays 1s, source.notify_min_gap its default), and removes the trigger.
 // Every UPDATE commits on its own, so each one is a notification.
-func (b *bench) notifyRuns(ctx context.Context, table string) ([]latencyResult, error) {
+//
+// rates and extra are notifyRates and no arguments in `make bench`;
+// `-notify-only` takes them from -notify-rates and -notify-args, to try a
+// setting (say `--source.notify_min_gap 5ms`) at the rates that matter.
+func (b *bench) notifyRuns(ctx context.Context, table string, rates []int, extra []string) ([]latencyResult, error) {
 	var schema string
 	if err := b.pool.QueryRow(ctx, `SELECT n.nspname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 		WHERE c.oid = $1::regclass`, pgx.Identifier{table}.Sanitize()).Scan(&schema); err != nil {
@@ -56,8 +60,9 @@ func (b *bench) notifyRuns(ctx context.Context, table string) ([]latencyResult, 
 		}
 	}()
 	var out []latencyResult
-	for _, rate := range notifyRates {
-		res, err := b.latencyRunSpec(ctx, table, latencySpec{rate: rate, writers: max(1, rate/writerRate), args: []string{"--source.notify", notifyChannel}})
+	for _, rate := range rates {
+		args := append([]string{"--source.notify", notifyChannel}, extra...)
+		res, err := b.latencyRunSpec(ctx, table, latencySpec{rate: rate, writers: max(1, rate/writerRate), args: args})
 		if err != nil {
 			return out, fmt.Errorf("%d updates/s: %w", rate, err)
 		}
