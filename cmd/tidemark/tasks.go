@@ -153,7 +153,10 @@ func (l *loader) loadTasks() (*Config, error) {
 	if len(errs) > 0 || seq.Kind != yaml.SequenceNode {
 		return nil, errors.Join(dedupe(errs)...)
 	}
-	seen := map[string]int{}
+	// A data topic is one task's: two tasks publishing to one topic
+	// overwrite each other's keys, and each one's sweep tombstones the
+	// other's rows as gone from its source.
+	seen, topics := map[string]int{}, map[string]int{}
 	for i, item := range seq.Content {
 		t, taskErrs := l.task(i, item)
 		errs = append(errs, taskErrs...)
@@ -164,12 +167,36 @@ func (l *loader) loadTasks() (*Config, error) {
 			fail(item, fmt.Sprintf("tables[%d]", i), "task name %q is used twice (also by tables[%d]); give one of them a name:", t.Name, j)
 			continue
 		}
-		seen[t.Name] = i
+		if j, dup := topics[t.Cfg.Kafka.Topic]; dup {
+			fail(item, fmt.Sprintf("tables[%d]", i), "topic %q is also the topic of tables[%d]; give one of them a topic: of its own "+
+				"(two tasks in one topic overwrite each other's keys, and each one's sweep would tombstone the other's rows)", t.Cfg.Kafka.Topic, j)
+			continue
+		}
+		seen[t.Name], topics[t.Cfg.Kafka.Topic] = i, i
 		base.Tasks = append(base.Tasks, t)
 	}
 	base.ApplyDefaults()
 	if base.Group.TasksTopic == "" && base.Name != "" {
 		base.Group.TasksTopic = base.tasksTopic()
+	}
+	// The tasks topic is grown to a partition per task at start, which no
+	// other topic of the connector may be: an offsets topic has one
+	// partition, and a data topic's keys would move to other partitions.
+	if tt := base.Group.TasksTopic; tt != "" {
+		other := ""
+		switch j, ok := topics[tt]; {
+		case tt == base.Kafka.OffsetsTopic:
+			other = "kafka.offsets_topic"
+		case tt == base.Kafka.LedgerTopic:
+			other = "kafka.ledger_topic"
+		case ok:
+			other = fmt.Sprintf("the topic of tables[%d]", j)
+		}
+		if other != "" {
+			errs = append(errs, &ConfigError{Origin: base.origin["group.tasks_topic"], Key: "group.tasks_topic",
+				Msg: fmt.Sprintf("%q is also %s; use a topic of its own (the group grows it to one partition per task), or leave it unset for %q",
+					tt, other, "tidemark-tasks."+base.Name)})
+		}
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(dedupe(errs)...)

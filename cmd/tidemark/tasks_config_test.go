@@ -91,6 +91,22 @@ source:
 		{"unknown override", base + "tables:\n  - table: a\n    sync: {page_sise: 10}\n", "sync.page_sise: unknown key"},
 		{"bad task name", base + "tables:\n  - table: a\n    name: \"a b\"\n", `tables[0]: task name "a b" is not valid`},
 		{"http", "name: x\nsource:\n  kind: http\n  dsn: https://x/y\ntables: [a]\n", "tables: is for PostgreSQL sources"},
+		// Two tasks publishing to one topic overwrite each other's keys, and
+		// each one's sweep tombstones the other's rows as gone.
+		{"shared default topic", base + "tables: [orders, {table: orders, name: o2}]\n",
+			`tables[1]: topic "public.orders" is also the topic of tables[0]`},
+		{"shared explicit topic", base + "tables:\n  - a\n  - table: b\n    topic: public.a\n",
+			`tables[1]: topic "public.a" is also the topic of tables[0]`},
+		{"shared topic, shard dsn", base + "tables:\n  - {table: orders, name: eu, source: {dsn: \"postgres://t@eu/shop\"}}\n  - {table: orders, name: us, source: {dsn: \"postgres://t@us/shop\"}}\n",
+			`tables[1]: topic "public.orders" is also the topic of tables[0]; give one of them a topic:`},
+		// The tasks topic is grown to one partition per task: another
+		// topic of the connector must not be it.
+		{"tasks topic is the offsets topic", base + "group:\n  tasks_topic: tidemark-offsets\ntables: [a]\n",
+			`group.tasks_topic: "tidemark-offsets" is also kafka.offsets_topic`},
+		{"tasks topic is the ledger topic", base + "kafka:\n  ledger_topic: l\ngroup:\n  tasks_topic: l\ntables: [a]\n",
+			`group.tasks_topic: "l" is also kafka.ledger_topic`},
+		{"tasks topic is a data topic", base + "group:\n  tasks_topic: public.b\ntables: [a, b]\n",
+			`group.tasks_topic: "public.b" is also the topic of tables[1]`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			msg := loadErr(t, writeConfig(t, tc.text), nil)
