@@ -259,9 +259,6 @@ func (e *Engine) pass(ctx context.Context) error {
 		failpoint.Hit(failpoint.AfterProduce)
 		e.txPages++
 		e.cp.Counters.Pages++
-		if len(page.Rows) > 0 && page.Next != "" {
-			cursor = page.Next
-		}
 		switch {
 		case (page.End || page.Last) && !win.last():
 			// The window is read: the next one starts from its From.
@@ -286,7 +283,10 @@ func (e *Engine) pass(ctx context.Context) error {
 			e.abort(ctx)
 			return fmt.Errorf("source returned a page without a next cursor and without an end signal (cursor %q): %w", req.Cursor, ErrPermanent)
 		default:
-			e.cp.Cursor = page.Next
+			// The next page follows this one's cursor, also when it
+			// returned no rows (an HTTP API may answer an empty page that
+			// says there is more).
+			e.cp.Cursor, cursor = page.Next, page.Next
 		}
 		if nest && e.wakePending() {
 			// A wake-up between two pages of a full pass: what this

@@ -459,3 +459,41 @@ func TestFeedFollowsSchemaChanges(t *testing.T) {
 		t.Errorf("the page after a retype mid-walk: %d %+v", resp.StatusCode, next)
 	}
 }
+
+// An empty page that says there is more moves the walk to its next cursor:
+// the engine asks for that cursor, not the one before it again. (It once
+// asked for the same cursor again, which reset the progress guard's
+// count of empty pages, so the walk never ended and never backed off.)
+func TestEngineFollowsTheCursorOfAnEmptyPage(t *testing.T) {
+	srv := &script{next: func(cur string, n int) (string, string) {
+		switch {
+		case n > 50:
+			return "", "" // stop a runaway walk so that the test can fail
+		case cur == "":
+			return "", "c2"
+		case cur == "c2":
+			return "", "c3"
+		default:
+			return oneItem, ""
+		}
+	}}
+	s, _, _ := newSource(t, srv, httpsrc.Config{HasMorePath: "has_more"})
+	r := newRig(t)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.once(s, connector.Config{PageSize: 10})
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the walk did not end; cursors asked for: %v", srv.seen)
+	}
+	srv.mu.Lock()
+	seen := slices.Clone(srv.seen)
+	srv.mu.Unlock()
+	if want := []string{"", "c2", "c3"}; !slices.Equal(seen, want) {
+		t.Errorf("cursors asked for: %q, want %q", seen, want)
+	}
+	r.assertFolded(map[string]string{"a": oneItem})
+}
