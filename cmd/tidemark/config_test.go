@@ -546,6 +546,10 @@ func TestRedactDSN(t *testing.T) {
 		{"password=hunter2 options=x://y", "password=REDACTED options=x://y"},
 		{"https://api.example.com/v1?token=hunter2&limit=5", "https://api.example.com/v1?limit=5&token=REDACTED"},
 		{"https://user:hunter2@api.example.com/v1", "https://user:REDACTED@api.example.com/v1"},
+		// An '@' in the query (an e-mail address) is not the user info's.
+		{"http://127.0.0.1:8080/changes?owner=a@b.com&api_key=hunter2", "http://127.0.0.1:REDACTED@b.com&api_key=REDACTED"},
+		{"https://u:hunter2@h/changes?owner=a@b.com&token=hunter2&limit=5", "https://u:REDACTED@b.com&token=REDACTED&limit=5"},
+		{"https://h/changes?owner=a@b.com&x=1#sig=hunter2", "https://h/changes?owner=a@b.com&x=1#sig=REDACTED"},
 		{"", ""},
 	} {
 		got := RedactDSN(tc.in)

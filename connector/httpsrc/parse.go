@@ -294,6 +294,13 @@ func (s *Source) nextLink(hdr http.Header, reqURL *url.URL) (string, error) {
 		if !s.sameOrigin(u) {
 			return "", fmt.Errorf("the next link points to another origin (%s://%s); refusing to send credentials there", u.Scheme, u.Host)
 		}
+		if target, err := url.Parse(l.target); err == nil && target.User == nil {
+			// Resolving a link copies the request's user info (the
+			// endpoint's basic-auth password) into it; the link is stored
+			// in the checkpoint and the ledger, so it is kept as the server
+			// sent it, and pageURL adds the endpoint's user info back.
+			u.User = nil
+		}
 		return u.String(), nil
 	}
 	return "", nil

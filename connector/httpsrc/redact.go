@@ -51,27 +51,50 @@ func RedactURL(s string) string {
 			if changed {
 				u.RawQuery = q.Encode()
 			}
+			if u.Fragment != "" {
+				// A fragment may carry parameters too (an OAuth token).
+				u.Fragment = redactParams(u.Fragment)
+				u.RawFragment = ""
+			}
 			return u.String()
 		}
 	}
 	i := strings.Index(s, "://") + 3
 	head, rest := s[:i], s[i:]
-	if at := strings.LastIndex(rest, "@"); at >= 0 {
+	at := strings.LastIndex(rest, "@")
+	if at >= 0 {
 		if colon := strings.IndexByte(rest[:at], ':'); colon >= 0 {
 			rest = rest[:colon+1] + Redacted + rest[at:]
+			at = colon + 1 + len(Redacted)
 		}
 	}
-	out := head + rest
-	if q := strings.IndexByte(out, '?'); q >= 0 {
-		params := strings.Split(out[q+1:], "&")
-		for j, prm := range params {
-			if name, _, ok := strings.Cut(prm, "="); ok && IsSecretParam(name) {
-				params[j] = name + "=" + Redacted
-			}
+	// The query's '?' may be inside what was just redacted (an '@' in the
+	// query, an e-mail address say, ends the user info there), so every
+	// parameter after the user info is looked at, wherever it starts.
+	at = max(at, 0)
+	return head + rest[:at] + redactParams(rest[at:])
+}
+
+// redactParams replaces the values of secret-looking parameters
+// (IsSecretParam) in s, a query or any text whose parameters are separated
+// by '?', '&' or '#'.
+func redactParams(s string) string {
+	var b strings.Builder
+	for s != "" {
+		end := strings.IndexAny(s, "?&#")
+		seg, sep := s, ""
+		if end >= 0 {
+			seg, sep, s = s[:end], s[end:end+1], s[end+1:]
+		} else {
+			s = ""
 		}
-		out = out[:q+1] + strings.Join(params, "&")
+		if name, _, ok := strings.Cut(seg, "="); ok && IsSecretParam(name) {
+			seg = name + "=" + Redacted
+		}
+		b.WriteString(seg)
+		b.WriteString(sep)
 	}
-	return out
+	return b.String()
 }
 
 // RedactCursor is a cursor as it may be printed: a link cursor (an

@@ -101,8 +101,12 @@ func (s *Source) Page(ctx context.Context, req connector.PageRequest) (connector
 		return connector.Page{}, fmt.Errorf("page from %s: %w", s.where(u), permanent(err))
 	}
 	key := req.Cursor
-	if s.cfg.Pagination == PaginateLink {
-		key = u.String() // the first page's URL too: a link back to it is a cycle
+	if s.cfg.Pagination == PaginateLink && key == "" {
+		// The first page's URL too, as a next link to it would read (with
+		// no user info): a link back to it is a cycle.
+		first := *u
+		first.User = nil
+		key = first.String()
 	}
 	if err := s.after(key, req.Cursor, page); err != nil {
 		return connector.Page{}, err
@@ -143,6 +147,9 @@ func (s *Source) pageURL(req connector.PageRequest) (*url.URL, error) {
 		}
 		if !s.sameOrigin(u) {
 			return nil, fmt.Errorf("the stored next link %s://%s is not on the endpoint's origin; refusing to send credentials there: %w", u.Scheme, u.Host, connector.ErrPermanent)
+		}
+		if u.User == nil {
+			u.User = s.endpoint.User // the endpoint's basic auth, kept out of stored links
 		}
 		return u, nil
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -440,5 +441,60 @@ func TestCancelDuringWait(t *testing.T) {
 	}
 	if time.Since(start) > 5*time.Second {
 		t.Error("the backoff ignored the context")
+	}
+}
+
+// The basic-auth password of the endpoint (user info in source.dsn) is not
+// copied into the next links the source returns: they are stored in the
+// checkpoint and the ledger. The requests still carry it.
+func TestLinkCursorHoldsNoCredentials(t *testing.T) {
+	const pw = "s3cr3t-pw"
+	var auth []string
+	var mu sync.Mutex
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, p, ok := r.BasicAuth()
+		mu.Lock()
+		auth = append(auth, fmt.Sprintf("%s:%s:%t", u, p, ok))
+		mu.Unlock()
+		if r.URL.Query().Get("cursor") == "" {
+			w.Header().Set("Link", `</changes?cursor=c2>; rel="next"`)
+		}
+		fmt.Fprint(w, `{"items":[]}`)
+	}))
+	t.Cleanup(hs.Close)
+	endpoint := strings.Replace(hs.URL, "://", "://svc:"+pw+"@", 1) + "/changes"
+	s, _, _ := newSource(t, http.NotFoundHandler(), httpsrc.Config{Endpoint: endpoint, Pagination: httpsrc.PaginateLink})
+	p, err := s.Page(context.Background(), connector.PageRequest{Limit: 3})
+	if err != nil || p.End {
+		t.Fatalf("page 1: %+v %v", p, err)
+	}
+	if strings.Contains(p.Next, pw) || p.Next != hs.URL+"/changes?cursor=c2" {
+		t.Errorf("next link %q, want %q: the stored cursor must not hold the endpoint's password", p.Next, hs.URL+"/changes?cursor=c2")
+	}
+	if p, err = s.Page(context.Background(), connector.PageRequest{Cursor: p.Next, Limit: 3}); err != nil || !p.End {
+		t.Fatalf("page 2: %+v %v", p, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"svc:" + pw + ":true", "svc:" + pw + ":true"}; !slices.Equal(auth, want) {
+		t.Errorf("basic auth of the requests: %q, want %q", auth, want)
+	}
+}
+
+// With the endpoint's user info kept out of stored links, the progress
+// guard still knows a link it has followed: a cycle stops the walk.
+func TestLinkCycleWithUserInfoStops(t *testing.T) {
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next := map[string]string{"": "c2", "c2": "c3", "c3": "c2"}[r.URL.Query().Get("cursor")]
+		w.Header().Set("Link", `</changes?cursor=`+next+`>; rel="next"`)
+		fmt.Fprint(w, `{"items":[`+oneItem+`]}`)
+	}))
+	t.Cleanup(hs.Close)
+	endpoint := strings.Replace(hs.URL, "://", "://svc:pw@", 1) + "/changes"
+	s, _, _ := newSource(t, http.NotFoundHandler(), httpsrc.Config{Endpoint: endpoint, Pagination: httpsrc.PaginateLink})
+	pages, err := walk(s, 50)
+	wantStop(t, err, "cycle")
+	if pages != 2 {
+		t.Errorf("stopped after %d pages, want 2 (the third names c2 again)", pages)
 	}
 }
