@@ -167,6 +167,10 @@ func (c *Consumer) Run(ctx context.Context, mode Mode) (Stats, error) {
 		// the end of a partition is usually a commit marker, and Once must
 		// be able to reach it.
 		kgo.KeepControlRecords(),
+		// A position the log no longer has (records deleted by retention
+		// or DeleteRecords while the replica ran, before it applied them)
+		// is an error, not a jump to the new log start past them.
+		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
 	)...)
 	if err != nil {
 		return st, fmt.Errorf("consume %s: %w", c.cfg.Topic, err)
@@ -182,7 +186,12 @@ func (c *Consumer) Run(ctx context.Context, mode Mode) (Stats, error) {
 		}
 		var ferr error
 		fs.EachError(func(t string, p int32, err error) {
-			if ferr == nil {
+			switch {
+			case ferr != nil:
+			case errors.Is(err, kerr.OffsetOutOfRange):
+				ferr = fmt.Errorf("%w: partition %d: the records from offset %d on were deleted (retention or DeleteRecords) before the replica applied them; rebuild with --from-beginning",
+					ErrPosition, p, st.Positions[p])
+			default:
 				ferr = fmt.Errorf("fetch %s partition %d: %w", t, p, err)
 			}
 		})

@@ -5,6 +5,10 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -180,5 +184,80 @@ func TestConsumerFollows(t *testing.T) {
 	}
 	if string(mem.Rows()["7"]) != `{"v":7}` {
 		t.Fatalf("record committed while following was not applied: %v", mem.Rows())
+	}
+}
+
+// gate holds the first Apply until release is closed.
+type gate struct {
+	*replica.Memory
+	once    sync.Once
+	held    chan struct{}
+	release chan struct{}
+}
+
+func (g *gate) Apply(ctx context.Context, b []replica.Change, p map[int32]int64) error {
+	g.once.Do(func() {
+		close(g.held)
+		<-g.release
+	})
+	return g.Memory.Apply(ctx, b, p)
+}
+
+// TestConsumerStopsWhenRecordsAreDeletedUnderIt: records deleted (retention,
+// DeleteRecords) between two fetches of a running replica, before it
+// applied them, stop it with ErrPosition; the client does not jump to the
+// new log start and skip them.
+func TestConsumerStopsWhenRecordsAreDeletedUnderIt(t *testing.T) {
+	k := harness.NewKafka(t)
+	opts := []kgo.Opt{kgo.SeedBrokers(k.Brokers...)}
+	cl, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic("data"), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact,delete")}, "data"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 { // one batch each
+		if err := cl.ProduceSync(ctx, rec(0, strconv.Itoa(i), `{}`)).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := &gate{Memory: replica.NewMemory(), held: make(chan struct{}), release: make(chan struct{})}
+	// One record batch per fetch: what is deleted has not been fetched.
+	c, err := replica.NewConsumer(replica.Config{Topic: "data", Opts: append(opts, kgo.FetchMaxBytes(1), kgo.FetchMaxPartitionBytes(1)), BatchRecords: 1,
+		Logger: slog.New(slog.DiscardHandler)}, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Run(rctx, replica.Follow)
+		done <- err
+	}()
+	select {
+	case <-g.held:
+	case err := <-done:
+		t.Fatalf("the replica stopped before applying anything: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the replica applied nothing")
+	}
+	if _, err := adm.DeleteRecords(ctx, kadm.Offsets{"data": {0: {Topic: "data", Partition: 0, At: 6}}}); err != nil {
+		t.Fatal(err)
+	}
+	close(g.release)
+	select {
+	case err := <-done:
+		if !errors.Is(err, replica.ErrPosition) || !strings.Contains(err.Error(), "--from-beginning") {
+			t.Fatalf("after records were deleted under it: %v, want ErrPosition naming --from-beginning", err)
+		}
+	case <-time.After(20 * time.Second):
+		cancel()
+		<-done
+		t.Fatalf("the replica went on after records were deleted under it; it holds keys %v of 0..9 (2..5 skipped silently)", slices.Sorted(maps.Keys(g.Rows())))
 	}
 }
