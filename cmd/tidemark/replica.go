@@ -186,8 +186,8 @@ func replicaError(err error, table string) error {
 		return &connector.StopError{Reason: "the stored replica position does not fit the topic", Err: err,
 			Hint: "rebuild the replica: tidemark replica --from-beginning"}
 	case errors.Is(err, replicapg.ErrConflict):
-		return &connector.StopError{Reason: "another replica process writes " + table, Err: err,
-			Hint: "run one replica process per target table"}
+		return &connector.StopError{Reason: "another replica process writes " + table + ", or rebuilt it", Err: err,
+			Hint: "run one replica process per target table; after another process's --from-beginning, run again: it resumes from the rebuilt positions"}
 	}
 	return err
 }

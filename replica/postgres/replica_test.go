@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -353,5 +354,55 @@ func TestTargetInferredFromRecords(t *testing.T) {
 	_ = r.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM inferred`).Scan(&n)
 	if n != 8 {
 		t.Errorf("%d rows, want 8", n)
+	}
+}
+
+// TestResetByAnotherReplicaIsAConflict: a second replica process that
+// rebuilds the table (--from-beginning: it empties the table and forgets
+// the positions) while the first one runs makes the first one's next batch
+// a conflict; it used to find no positions, store its own past the gap,
+// and leave a table of only the records applied since.
+func TestResetByAnotherReplicaIsAConflict(t *testing.T) {
+	r := newRig(t)
+	r.exec(`CREATE TABLE t_two (id bigint PRIMARY KEY, v text)`)
+	ctx := context.Background()
+	open := func() *postgres.Target {
+		tg, err := postgres.Open(ctx, postgres.Config{DSN: r.db.URL, Table: "t_two", Topic: r.topic})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(tg.Close)
+		if _, err := tg.Positions(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return tg
+	}
+	change := func(off int64) replica.Change {
+		return replica.Change{Key: strconv.FormatInt(off, 10), Value: fmt.Appendf(nil, `{"id":%d,"v":"x"}`, off), Partition: 0, Offset: off}
+	}
+	a, b := open(), open()
+	if err := a.Apply(ctx, []replica.Change{change(0), change(1)}, map[int32]int64{0: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Reset(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err := a.Apply(ctx, []replica.Change{change(2)}, map[int32]int64{0: 3})
+	if !errors.Is(err, postgres.ErrConflict) {
+		t.Fatalf("a batch after another replica's reset: %v, want ErrConflict", err)
+	}
+	if got := r.dump2("t_two"); got != "" {
+		t.Errorf("the conflicting batch was applied:\n%s", got)
+	}
+	// The rebuilding replica goes on; the first one, reopened, follows it.
+	if err := b.Apply(ctx, []replica.Change{change(0), change(1), change(2)}, map[int32]int64{0: 3}); err != nil {
+		t.Fatalf("the rebuild: %v", err)
+	}
+	a = open()
+	if err := a.Apply(ctx, []replica.Change{change(3)}, map[int32]int64{0: 4}); err != nil {
+		t.Fatalf("after reopening: %v", err)
+	}
+	if got := r.dump2("t_two"); got != "(0,x)\n(1,x)\n(2,x)\n(3,x)\n" {
+		t.Errorf("table:\n%s", got)
 	}
 }

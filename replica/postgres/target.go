@@ -34,6 +34,9 @@ type Target struct {
 	id     targetColumn
 	cols   []targetColumn // written columns, id excluded
 	byName map[string]int // value member -> index in cols
+	// known is the positions this target last read (Positions) or wrote
+	// (Apply, Reset); nil after a failed Apply, when they are uncertain.
+	known map[int32]int64
 
 	// beforeCommit, when set (tests), runs after every statement of an
 	// Apply and before COMMIT; an error aborts the transaction.
@@ -238,7 +241,13 @@ func (t *Target) create(ctx context.Context, q interface {
 
 // Positions implements replica.Store.
 func (t *Target) Positions(ctx context.Context) (map[int32]int64, error) {
-	return positions(ctx, t.pool, t.offsets, t.cfg.Table, t.cfg.Topic, "")
+	pos, err := positions(ctx, t.pool, t.offsets, t.cfg.Table, t.cfg.Topic, "")
+	if err == nil {
+		t.mu.Lock()
+		t.known = maps.Clone(pos)
+		t.mu.Unlock()
+	}
+	return pos, err
 }
 
 func positions(ctx context.Context, q querier, offsets, table, topic, suffix string) (map[int32]int64, error) {
@@ -256,8 +265,9 @@ func positions(ctx context.Context, q querier, offsets, table, topic, suffix str
 	return out, nil
 }
 
-// ErrConflict is returned by Apply when the stored positions are already
-// past the batch: another replica process writes the same target.
+// ErrConflict is returned by Apply when the stored positions are not the
+// ones this target last read or wrote, or are already past the batch:
+// another replica process writes the same target, or rebuilt it.
 var ErrConflict = errors.New("another replica has applied past this batch")
 
 // stageRow is one compacted change as staged text.
@@ -267,12 +277,21 @@ type stageRow struct {
 }
 
 // Apply implements replica.Store.
-func (t *Target) Apply(ctx context.Context, batch []replica.Change, pos map[int32]int64) error {
+func (t *Target) Apply(ctx context.Context, batch []replica.Change, pos map[int32]int64) (err error) {
 	batch = replica.Compact(batch)
 	t.mu.Lock()
 	st := tableState{exists: t.exists, id: t.id, cols: t.cols}
-	byName := t.byName
+	byName, known := t.byName, t.known
 	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if err != nil {
+			t.known = nil // a COMMIT that failed may have happened
+		} else if t.known != nil {
+			maps.Copy(t.known, pos)
+		}
+	}()
 
 	tx, err := t.pool.Begin(ctx)
 	if err != nil {
@@ -293,11 +312,22 @@ func (t *Target) Apply(ctx context.Context, batch []replica.Change, pos map[int3
 		}
 	}
 	for p, next := range pos {
+		s, stok := stored[p]
+		if known != nil {
+			// Another process's rebuild (--from-beginning) empties the
+			// table and forgets the positions: a batch applied on top
+			// would store positions past everything before it.
+			if k, kok := known[p]; kok != stok || s != k {
+				return fmt.Errorf("%w: partition %d: the stored position is %s, but this replica last read or wrote %s: another replica process writes the same table, or rebuilt it (--from-beginning)",
+					ErrConflict, p, showPos(s, stok), showPos(k, kok))
+			}
+			continue
+		}
 		from, ok := first[p]
 		if !ok {
 			from = next - 1
 		}
-		if s, ok := stored[p]; ok && s > from {
+		if stok && s > from {
 			return fmt.Errorf("%w: partition %d is applied up to offset %d, this batch starts at %d", ErrConflict, p, s, from)
 		}
 	}
@@ -450,6 +480,14 @@ func (t *Target) merge(ctx context.Context, tx pgx.Tx, st tableState, rows []sta
 	return nil
 }
 
+// showPos is a stored position for a message.
+func showPos(o int64, ok bool) string {
+	if !ok {
+		return "none"
+	}
+	return "offset " + strconv.FormatInt(o, 10)
+}
+
 // Reset implements replica.Resetter: it empties the target table and
 // forgets the positions, in one transaction.
 func (t *Target) Reset(ctx context.Context) error {
@@ -473,7 +511,13 @@ func (t *Target) Reset(ctx context.Context) error {
 		return fmt.Errorf("clear positions: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
+		t.mu.Lock()
+		t.known = nil
+		t.mu.Unlock()
 		return fmt.Errorf("commit reset: %w", err)
 	}
+	t.mu.Lock()
+	t.known = map[int32]int64{}
+	t.mu.Unlock()
 	return nil
 }
