@@ -70,6 +70,18 @@ func TestCompatible(t *testing.T) {
 		{"integer", "bigint", true}, {"bigint", "integer", false}, {"numeric(20,6)", "numeric", true},
 		{"text[]", "text[]", true}, {"integer[]", "bigint[]", true}, {"integer[]", "integer", false},
 		{"uuid", "text", true}, {"text", "integer", false}, {"jsonb", "json", true}, {"bytea", "text", true},
+		// A target modifier narrower than the source's: PostgreSQL's casts
+		// truncate strings and round numbers without an error.
+		{"text", "character varying(10)", false}, {"character varying", "character varying(10)", false},
+		{"character varying(100)", "character varying(5)", false}, {"character varying(5)", "character varying(10)", true},
+		{"character varying(5)", "text", true}, {"character(3)", "character(3)", true}, {"character(4)", "character(3)", false},
+		{"character varying(10)[]", "character varying(5)[]", false}, {"character varying(5)[]", "character varying(5)[]", true},
+		{"bit(3)", "bit(3)", true}, {"bit(4)", "bit(3)", false},
+		{"numeric", "numeric(10,2)", false}, {"numeric(8,2)", "numeric(10,2)", true}, {"numeric(10,4)", "numeric(10,2)", false},
+		{"numeric(10,2)", "numeric(9,2)", false}, {"numeric(5)", "numeric(7,2)", true},
+		{"integer", "numeric(10,0)", true}, {"bigint", "numeric(10,0)", false}, {"bigint", "numeric(21,2)", true}, {"smallint", "numeric(4)", false},
+		{"timestamp with time zone", "timestamp(3) with time zone", false}, {"timestamp(3) with time zone", "timestamp with time zone", true},
+		{"timestamp(2) without time zone", "timestamp(3) with time zone", true}, {"interval", "interval(3)", false},
 	} {
 		if got := compatible(c.src, c.dst); got != c.ok {
 			t.Errorf("compatible(%s, %s) = %v", c.src, c.dst, got)

@@ -86,8 +86,19 @@ func (t *Target) diagnose(ctx context.Context, st tableState, rows []stageRow, p
 				vals = append(vals, v)
 			}
 		}
+		// Stored as the merge stores them: cast to the column's base type
+		// and assigned to a column of its type (castType), in a
+		// transaction that is rolled back.
 		check := func(vs []*string) error {
-			_, err := t.pool.Exec(ctx, "SELECT count(v::"+c.typ+") FROM unnest($1::text[]) AS u(v)", vs)
+			tx, err := t.pool.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+			if _, err := tx.Exec(ctx, "CREATE TEMP TABLE tidemark_check (x "+c.typ+") ON COMMIT DROP"); err != nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, "INSERT INTO tidemark_check SELECT v::"+castType(c.typ)+" FROM unnest($1::text[]) AS u(v)", vs)
 			return err
 		}
 		if err := check(vals); err == nil {

@@ -406,3 +406,56 @@ func TestResetByAnotherReplicaIsAConflict(t *testing.T) {
 		t.Errorf("table:\n%s", got)
 	}
 }
+
+// TestNarrowTargetColumnsRefuseInsteadOfCutting: a target column narrower
+// than a value (varchar(n), char(n)) refuses it with a *ValueError naming
+// the record; PostgreSQL's explicit casts would cut it silently, and a cut
+// id would overwrite, or let a tombstone delete, another id's row.
+func TestNarrowTargetColumnsRefuseInsteadOfCutting(t *testing.T) {
+	r := newRig(t)
+	r.exec(`CREATE TABLE t_narrow (id varchar(8) PRIMARY KEY, v varchar(5), c char(3), b bit(3))`)
+	r.exec(`INSERT INTO t_narrow VALUES ('order-00', 'keep', 'k', B'101')`)
+	ctx := context.Background()
+	tg, err := postgres.Open(ctx, postgres.Config{DSN: r.db.URL, Table: "t_narrow", Topic: r.topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg.Close()
+	if _, err := tg.Positions(ctx); err != nil {
+		t.Fatal(err)
+	}
+	off := int64(0)
+	apply := func(key, value string) error {
+		c := replica.Change{Key: key, Partition: 0, Offset: off}
+		if value != "" {
+			c.Value = []byte(value)
+		}
+		err := tg.Apply(ctx, []replica.Change{c}, map[int32]int64{0: off + 1})
+		if err == nil {
+			off++
+		}
+		return err
+	}
+	for _, tc := range []struct{ key, value, column string }{
+		{"order-000001", `{"v":"new"}`, "id"},
+		{"a", `{"v":"toolongvalue"}`, "v"},
+		{"a", `{"c":"abcd"}`, "c"},
+		{"a", `{"b":"1011"}`, "b"},
+	} {
+		err := apply(tc.key, tc.value)
+		var ve *postgres.ValueError
+		if !errors.As(err, &ve) || ve.ID != tc.key {
+			t.Errorf("%s %s: %v, want a *ValueError naming the record", tc.key, tc.value, err)
+		}
+	}
+	// A tombstone for a long id leaves the row of the id it would be cut to.
+	if err := apply("order-000001", ""); err != nil {
+		t.Fatalf("tombstone: %v", err)
+	}
+	if err := apply("a", `{"v":"fits","c":"ab","b":"110"}`); err != nil {
+		t.Fatalf("values that fit: %v", err)
+	}
+	if got := r.dump2("t_narrow"); got != "(a,fits,\"ab \",110)\n(order-00,keep,\"k  \",101)\n" {
+		t.Errorf("table:\n%s", got)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -190,7 +191,104 @@ func compatible(src, dst string) bool {
 		return d == "text" || d == "jsonb" || d == "json"
 	}
 	s, d = strings.TrimSuffix(s, "[]"), strings.TrimSuffix(d, "[]")
-	return s == d || d == "text" || widenings[[2]string{s, d}]
+	if d == "text" {
+		return true
+	}
+	return (s == d || widenings[[2]string{s, d}]) && holds(s, modifier(src), d, modifier(dst))
+}
+
+// castType is the type a staged text value is cast to for a column of
+// type typ: typ without its modifier, so that storing it in the column
+// applies the modifier as an assignment, which refuses a string or bit
+// string too long (SQLSTATE 22001, 22026) where an explicit cast to
+// varchar(n), char(n) or bit(n) cuts it. character and bit without a length
+// mean length 1, so they are cast to text and bit varying. Numbers and
+// times are rounded to the column's scale or precision either way.
+func castType(typ string) string {
+	b := baseName(typ)
+	arr := ""
+	for strings.HasSuffix(b, "[]") {
+		arr += "[]"
+		b = strings.TrimSuffix(b, "[]")
+	}
+	switch b {
+	case "character":
+		b = "text"
+	case "bit":
+		b = "bit varying"
+	}
+	return b + arr
+}
+
+// modifier returns the numbers of a type's first modifier:
+// "numeric(12,2)" -> [12 2], "character varying(10)[]" -> [10]; nil for
+// none.
+func modifier(t string) []int {
+	i := strings.IndexByte(t, '(')
+	if i < 0 {
+		return nil
+	}
+	j := strings.IndexByte(t[i:], ')')
+	if j < 0 {
+		return nil
+	}
+	var out []int
+	for f := range strings.SplitSeq(t[i+1:i+j], ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// holds reports whether a target modifier dm of base type d takes every
+// value of a source of base type s with modifier sm. PostgreSQL's casts to
+// a narrower modifier do not fail: they cut strings and bit strings and
+// round numbers and times, so a narrower target would change values
+// silently.
+func holds(s string, sm []int, d string, dm []int) bool {
+	if dm == nil {
+		return true
+	}
+	switch d {
+	case "character varying", "character", "bit varying":
+		// Only a source of bounded length fits a bounded target.
+		return sm != nil && sm[0] <= dm[0]
+	case "bit":
+		return s == "bit" && sm != nil && sm[0] == dm[0]
+	case "numeric":
+		p, sc := dm[0], 0
+		if len(dm) > 1 {
+			sc = dm[1]
+		}
+		switch s {
+		case "smallint":
+			return p-sc >= 5
+		case "integer":
+			return p-sc >= 10
+		case "bigint":
+			return p-sc >= 19
+		case "numeric":
+			if sm == nil {
+				return false
+			}
+			sp, ss := sm[0], 0
+			if len(sm) > 1 {
+				ss = sm[1]
+			}
+			return ss <= sc && sp-ss <= p-sc
+		}
+		return false
+	case "timestamp without time zone", "timestamp with time zone", "time without time zone", "time with time zone", "interval":
+		sp := 6 // microseconds, the default and the most
+		if sm != nil {
+			sp = sm[0]
+		}
+		return sp <= dm[0]
+	}
+	return true
 }
 
 func quote(parts ...string) string { return pgx.Identifier(parts).Sanitize() }

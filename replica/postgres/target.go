@@ -458,15 +458,15 @@ func (t *Target) merge(ctx context.Context, tx pgx.Tx, st tableState, rows []sta
 		return fmt.Errorf("copy into staging table: %w", err)
 	}
 	id := quote(t.cfg.IDColumn)
-	if _, err := tx.Exec(ctx, "DELETE FROM "+t.ident+" t USING tidemark_stage s WHERE s.del AND t."+id+" = s.id::"+st.id.typ); err != nil {
+	if _, err := tx.Exec(ctx, "DELETE FROM "+t.ident+" t USING tidemark_stage s WHERE s.del AND t."+id+" = s.id::"+castType(st.id.typ)); err != nil {
 		return fmt.Errorf("delete tombstoned ids: %w", err)
 	}
 	targets := []string{id}
-	exprs := []string{"s.id::" + st.id.typ}
+	exprs := []string{"s.id::" + castType(st.id.typ)}
 	var sets []string
 	for i, c := range st.cols {
 		targets = append(targets, quote(c.name))
-		exprs = append(exprs, "s.c"+strconv.Itoa(i)+"::"+c.typ)
+		exprs = append(exprs, "s.c"+strconv.Itoa(i)+"::"+castType(c.typ))
 		sets = append(sets, quote(c.name)+" = EXCLUDED."+quote(c.name))
 	}
 	action := "DO NOTHING"
