@@ -459,3 +459,32 @@ func TestNarrowTargetColumnsRefuseInsteadOfCutting(t *testing.T) {
 		t.Errorf("table:\n%s", got)
 	}
 }
+
+// TestTargetOnlyColumnsLeftAlone: without the source's columns (an HTTP
+// source, --infer), a column of the target that no record names is left
+// alone: an update keeps its value, an insert gets its default.
+func TestTargetOnlyColumnsLeftAlone(t *testing.T) {
+	r := newRig(t)
+	r.exec(`CREATE TABLE t_extra (id bigint PRIMARY KEY, v text, note text, loaded_at timestamptz NOT NULL DEFAULT '2030-01-01Z')`)
+	r.exec(`INSERT INTO t_extra VALUES (1, 'a', 'operator note', '2020-01-01Z')`)
+	ctx := context.Background()
+	tg, err := postgres.Open(ctx, postgres.Config{DSN: r.db.URL, Table: "t_extra", Topic: r.topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg.Close()
+	if _, err := tg.Positions(ctx); err != nil {
+		t.Fatal(err)
+	}
+	batch := []replica.Change{
+		{Key: "1", Value: []byte(`{"id":1,"v":"b"}`), Offset: 0},
+		{Key: "2", Value: []byte(`{"id":2,"v":null}`), Offset: 1},
+	}
+	if err := tg.Apply(ctx, batch, map[int32]int64{0: 2}); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	want := "(1,b,\"operator note\",\"2020-01-01 00:00:00+00\")\n(2,,,\"2030-01-01 00:00:00+00\")\n"
+	if got := r.dump2("t_extra"); got != want {
+		t.Errorf("table:\n%swant:\n%s", got, want)
+	}
+}

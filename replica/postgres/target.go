@@ -351,9 +351,14 @@ func (t *Target) Apply(ctx context.Context, batch []replica.Change, pos map[int3
 		created = true
 	}
 	if st.exists && len(batch) > 0 {
-		rows, err := t.stage(batch, st, byName)
+		rows, named, err := t.stage(batch, st, byName)
 		if err != nil {
 			return err
+		}
+		if len(t.cfg.Columns) == 0 {
+			// Without the source's columns, a column no record of the
+			// batch names is the target's own: left alone (docs/replica.md).
+			st, rows = onlyNamed(st, rows, named)
 		}
 		if err := t.merge(ctx, tx, st, rows); err != nil {
 			var pgErr *pgconn.PgError
@@ -396,8 +401,12 @@ func (t *Target) Apply(ctx context.Context, batch []replica.Change, pos map[int3
 
 // stage converts the batch to text input per written column. A value that
 // cannot be converted is a *ValueError before anything is written.
-func (t *Target) stage(batch []replica.Change, st tableState, byName map[string]int) ([]stageRow, error) {
-	rows := make([]stageRow, len(batch))
+//
+// named reports, per column, whether a record of the batch has a member
+// for it (null or not).
+func (t *Target) stage(batch []replica.Change, st tableState, byName map[string]int) (rows []stageRow, named []bool, err error) {
+	rows = make([]stageRow, len(batch))
+	named = make([]bool, len(st.cols))
 	for i, c := range batch {
 		rows[i].change = c
 		if c.Delete() {
@@ -405,7 +414,7 @@ func (t *Target) stage(batch []replica.Change, st tableState, byName map[string]
 		}
 		members, err := decodeObject(c.Value)
 		if err != nil {
-			return nil, &ValueError{ID: c.Key, Partition: c.Partition, Offset: c.Offset, Err: err}
+			return nil, nil, &ValueError{ID: c.Key, Partition: c.Partition, Offset: c.Offset, Err: err}
 		}
 		vals := make([]*string, len(st.cols))
 		for _, m := range members {
@@ -414,22 +423,50 @@ func (t *Target) stage(batch []replica.Change, st tableState, byName map[string]
 			}
 			j, ok := byName[m.name]
 			if !ok {
-				return nil, &ValueError{ID: c.Key, Column: m.name, Partition: c.Partition, Offset: c.Offset,
+				return nil, nil, &ValueError{ID: c.Key, Column: m.name, Partition: c.Partition, Offset: c.Offset,
 					Err: fmt.Errorf("%w: target table %s has no such column", ErrSchema, t.ident)}
 			}
+			named[j] = true
 			if isNull(m.raw) {
 				continue
 			}
 			col := st.cols[j]
 			s, err := toText(m.raw, col.kind, col.elem)
 			if err != nil {
-				return nil, &ValueError{ID: c.Key, Column: m.name, Type: col.typ, Partition: c.Partition, Offset: c.Offset, Err: err}
+				return nil, nil, &ValueError{ID: c.Key, Column: m.name, Type: col.typ, Partition: c.Partition, Offset: c.Offset, Err: err}
 			}
 			vals[j] = &s
 		}
 		rows[i].vals = vals
 	}
-	return rows, nil
+	return rows, named, nil
+}
+
+// onlyNamed keeps the columns of st that named marks, and their values.
+func onlyNamed(st tableState, rows []stageRow, named []bool) (tableState, []stageRow) {
+	if !slices.Contains(named, false) {
+		return st, rows
+	}
+	var keep []int
+	out := st
+	out.cols = nil
+	for j, ok := range named {
+		if ok {
+			keep = append(keep, j)
+			out.cols = append(out.cols, st.cols[j])
+		}
+	}
+	for i, r := range rows {
+		if r.vals == nil {
+			continue
+		}
+		vals := make([]*string, len(keep))
+		for k, j := range keep {
+			vals[k] = r.vals[j]
+		}
+		rows[i].vals = vals
+	}
+	return out, rows
 }
 
 // merge copies rows into a staging table and applies them to the target.
