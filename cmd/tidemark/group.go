@@ -651,8 +651,9 @@ func (a *cli) taskMembers(ctx context.Context, opts []kgo.Opt) map[string]string
 
 // assignedHere reports whether the group coordinator, once the group is
 // stable, assigns task t to this member (cl's member id). While the group
-// rebalances it waits (a rebalance shows no assignments); when the group
-// cannot be described it says yes, and fencing keeps a wrong guess safe.
+// rebalances or cannot be described (its coordinator loading or moving) it
+// waits, and says no if ctx ends first; when it may not describe the group
+// (no DESCRIBE ACL) it says yes, and fencing keeps a wrong guess safe.
 func (a *cli) assignedHere(ctx context.Context, cl *kgo.Client, topic string, t Task) bool {
 	idx := slices.IndexFunc(a.cfg.Tasks, func(x Task) bool { return x.Name == t.Name })
 	adm := kadm.NewClient(cl)
@@ -661,13 +662,29 @@ func (a *cli) assignedHere(ctx context.Context, cl *kgo.Client, topic string, t 
 		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		groups, err := adm.DescribeGroups(dctx, groupName(a.cfg.Name))
 		cancel()
-		if err != nil {
-			return true
+		if err == nil {
+			if g, ok := groups[groupName(a.cfg.Name)]; !ok {
+				err = errors.New("the group is missing from the answer")
+			} else {
+				err = g.Err
+			}
 		}
-		g, ok := groups[groupName(a.cfg.Name)]
-		if !ok || g.Err != nil {
+		switch {
+		case errors.Is(err, kerr.GroupAuthorizationFailed):
+			// It will not pass (no DESCRIBE on the group): fencing keeps a
+			// wrong guess safe.
 			return true
+		case err != nil:
+			// A coordinator loading or moving: not knowing is not a yes,
+			// or a removed member would fence the rightful owner. Its
+			// heartbeats fail too, and the group's callbacks end ctx.
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
 		}
+		g := groups[groupName(a.cfg.Name)]
 		if g.State != "Stable" {
 			select {
 			case <-ctx.Done():

@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -144,5 +145,51 @@ func TestSignalStopsAOneShotCommandTruthfully(t *testing.T) {
 	code := run(ctx, []string{"status", "--config", path}, &out, &errb)
 	if code != exitFailure || !strings.Contains(errb.String(), "stopped by a signal") || strings.Contains(errb.String(), "after retries") {
 		t.Errorf("exit %d; stderr:\n%s\nstdout:\n%s", code, errb.String(), out.String())
+	}
+}
+
+// TestAssignedHereWaitsWhileTheGroupCannotBeDescribed: a fenced task asks
+// the group whether it is still assigned here before it starts again; a
+// coordinator that cannot answer yet (loading, moving) is not a yes, or the
+// fenced member would fence the rightful owner in turn. Only a refusal
+// that will not pass (no DESCRIBE on the group) leaves it to fencing.
+func TestAssignedHereWaitsWhileTheGroupCannotBeDescribed(t *testing.T) {
+	for _, tc := range []struct {
+		code int16
+		want bool
+	}{
+		{kerr.CoordinatorLoadInProgress.Code, false},
+		{kerr.NotCoordinator.Code, false},
+		{kerr.GroupAuthorizationFailed.Code, true},
+	} {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.ControlKey(int16(kmsg.DescribeGroups), func(r kmsg.Request) (kmsg.Response, error, bool) {
+			c.KeepControl()
+			req := r.(*kmsg.DescribeGroupsRequest)
+			resp := req.ResponseKind().(*kmsg.DescribeGroupsResponse)
+			for _, g := range req.Groups {
+				rg := kmsg.NewDescribeGroupsResponseGroup()
+				rg.Group, rg.ErrorCode = g, tc.code
+				resp.Groups = append(resp.Groups, rg)
+			}
+			return resp, nil, true
+		})
+		cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := &cli{cfg: &Config{Name: "shop", Tasks: []Task{{Name: "orders"}}}}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		got := a.assignedHere(ctx, cl, "tidemark-tasks.shop", Task{Name: "orders"})
+		timedOut := ctx.Err() != nil
+		cancel()
+		cl.Close()
+		c.Close()
+		if got != tc.want || timedOut == tc.want {
+			t.Errorf("%s: assignedHere = %v (waited until the deadline: %v), want %v", kerr.ErrorForCode(tc.code), got, timedOut, tc.want)
+		}
 	}
 }
