@@ -244,6 +244,13 @@ func TestCLIFeedServeHardening(t *testing.T) {
 		"--hmac-key-file", weak); code != exitConfig || !strings.Contains(errOut, "entropy") || !strings.Contains(errOut, "--hmac-key-file") {
 		t.Errorf("a key of 32 times 'a': exit %d\n%s", code, errOut)
 	}
+	good := write("good.key", "k7Qp2Zr9XvB4mN8sT1wY6cE3hJ5uL0aD\n")
+	for _, path := range []string{"changes", "/a b", "/{id}"} {
+		if code, _, errOut := edgeCLI(t, nil, "feed", "serve", "--config", writeEdgeConfig(t, dir, "e.yaml", "postgres://u@127.0.0.1:1/db", ""),
+			"--hmac-key-file", good, "--path", path); code != exitConfig || !strings.Contains(errOut, "--path") || !strings.Contains(errOut, "/changes") {
+			t.Errorf("--path %q: exit %d, want 2 naming --path and an example\n%s", path, code, errOut)
+		}
+	}
 
 	db := harness.NewDB(t)
 	dotted := db.Schema + ".a"

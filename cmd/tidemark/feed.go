@@ -152,6 +152,9 @@ func cmdFeed(ctx context.Context, a *cli) error {
 	if err := feed.CheckKey(key); err != nil {
 		return &ConfigError{Key: "--hmac-key-file", Msg: fmt.Sprintf("%v (in --hmac-key-file or %s)", err, envFeedKey)}
 	}
+	if !strings.HasPrefix(o.path, "/") || strings.ContainsAny(o.path, " \t\r\n{}?#") {
+		return &ConfigError{Key: "--path", Msg: fmt.Sprintf("%q is not a URL path to serve; write one with a leading slash and no spaces, braces, '?' or '#', e.g. /changes", o.path)}
+	}
 	l := o.limits
 	if l.ReadHeaderTimeout <= 0 || l.ReadTimeout <= 0 || l.WriteTimeout <= 0 || l.IdleTimeout <= 0 || l.MaxConns < 1 {
 		return &ConfigError{Key: "--max-conns", Msg: "the feed's timeouts must be positive and --max-conns at least 1: an unbounded server can be held open by idle or trickling clients"}

@@ -202,7 +202,12 @@ func (s *Source) fetch(ctx context.Context, u *url.URL, cursor string) ([]byte, 
 			if cursor != "" && s.rejected(status, code, body) {
 				return nil, nil, s.stop(status, code, body, cursor)
 			}
-			return nil, nil, fmt.Errorf("GET %s refused: %s: %w", s.where(u), describe(status, body, s.paths.errCode), connector.ErrPermanent)
+			hint := ""
+			if status == http.StatusBadRequest && strings.Contains(strings.ToLower(code+" "+errorMessage(body, s.paths.errCode)), "limit") {
+				hint = fmt.Sprintf("; the API may refuse the page size asked (%s=%s): set source.http.max_limit to its largest, or lower sync.page_size",
+					s.cfg.LimitParam, u.Query().Get(s.cfg.LimitParam))
+			}
+			return nil, nil, fmt.Errorf("GET %s refused: %s%s: %w", s.where(u), describe(status, body, s.paths.errCode), hint, connector.ErrPermanent)
 		}
 		if attempt > s.cfg.MaxRetries {
 			return nil, nil, fmt.Errorf("giving up on this page after %d attempts: %w", attempt, last)
@@ -273,7 +278,7 @@ func (s *Source) stop(status int, code string, body []byte, cursor string) error
 	return &connector.StopError{
 		Reason: fmt.Sprintf("the changes API rejected the stored cursor %s: %s", showCursor(cursor), describe(status, body, s.paths.errCode)),
 		Hint: "tidemark never guesses a nearby position. Inspect with `tidemark status --config FILE`, then decide: " +
-			"`tidemark reset --config FILE --yes` re-reads the feed from the beginning (records already in the topic stay; changed rows are republished), " +
+			"`tidemark reset --config FILE --yes` re-reads the feed from the beginning and publishes every row again (the records already in the topic stay, so each row then has a repeat there), " +
 			"or `tidemark reset --config FILE --to-watermark <RFC 3339> --yes` restarts at a stated watermark (rows last changed before it minus sync.margin are not read again)",
 	}
 }

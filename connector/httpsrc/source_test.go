@@ -405,6 +405,10 @@ func TestRejectedCursor(t *testing.T) {
 			if !tc.stop && !errors.Is(err, connector.ErrPermanent) {
 				t.Errorf("want permanent: %v", err)
 			}
+			// A refused page size names the settings that set it.
+			if strings.Contains(tc.name, "other code") && (!strings.Contains(err.Error(), "source.http.max_limit") || !strings.Contains(err.Error(), "sync.page_size")) {
+				t.Errorf("a refused limit does not name source.http.max_limit and sync.page_size: %v", err)
+			}
 			if len(clk.Waits()) != 0 {
 				t.Errorf("a refusal was retried")
 			}
