@@ -71,7 +71,9 @@ type Config struct {
 	Faults Faults
 	// Now is the clock for minting and expiring cursors; default time.Now.
 	Now func() time.Time
-	// Logger; default slog.Default(). Cursors and tokens are never logged.
+	// Logger; default slog.Default(). The cursors clients hold and tokens
+	// are never logged; a failed page names the table position it read
+	// after (updated_at and id), which is no secret.
 	Logger *slog.Logger
 }
 
