@@ -76,10 +76,25 @@ func (s *Source) parse(body []byte, hdr http.Header, reqURL *url.URL) (connector
 		return connector.Page{}, fmt.Errorf("%q is null, not an array", s.cfg.ItemsPath)
 	}
 	page := connector.Page{Rows: make([]connector.Row, 0, len(items))}
+	at := make(map[string]int, len(items)) // id -> its first item
 	for i, it := range items {
 		row, err := s.item(it)
 		if err != nil {
 			return connector.Page{}, fmt.Errorf("item %d: %w", i, err)
+		}
+		// One page is one read of the feed: an id in it twice, in two
+		// versions, means a change log (every version of a row), not the
+		// current state of each row. Each pass would re-read the older
+		// version after the newer one was published, and publish both
+		// again, for ever.
+		if j, ok := at[row.ID]; ok {
+			if prev := page.Rows[j]; !prev.UpdatedAt.Equal(row.UpdatedAt) || prev.Deleted != row.Deleted || !bytes.Equal(prev.Value, row.Value) {
+				return connector.Page{}, fmt.Errorf("items %d and %d hold two versions of id %q (%s %s and %s): the API returns a change log, every version of a row; "+
+					"tidemark reads the current state of each changed row (docs/http-source.md, \"What the source needs from an API\") and would publish the older version again after the newer one on every pass",
+					j, i, row.ID, s.cfg.UpdatedAtPath, schemas.FormatTime(prev.UpdatedAt), schemas.FormatTime(row.UpdatedAt))
+			}
+		} else {
+			at[row.ID] = i
 		}
 		page.Rows = append(page.Rows, row)
 	}

@@ -502,3 +502,25 @@ func TestLinkCycleWithUserInfoStops(t *testing.T) {
 		t.Errorf("stopped after %d pages, want 2 (the third names c2 again)", pages)
 	}
 }
+
+// A page that holds one id twice in two versions is a change log, not the
+// current state of each row: the older version would be published again
+// after the newer one on every pass. It is refused, naming both items; the
+// same item twice is only a repeat.
+func TestPageWithTwoVersionsOfAnIdIsRefused(t *testing.T) {
+	for _, tc := range []struct{ name, items, want string }{
+		{"in order", `{"id":"a","updated_at":"2026-01-01T00:00:01Z","v":1},{"id":"b","updated_at":"2026-01-01T00:00:02Z"},{"id":"a","updated_at":"2026-01-01T00:00:03Z","v":2}`, "items 0 and 2"},
+		{"out of order", `{"id":"a","updated_at":"2026-01-01T00:00:03Z","v":2},{"id":"a","updated_at":"2026-01-01T00:00:01Z","v":1}`, "items 0 and 1"},
+		{"same time", `{"id":7,"updated_at":"2026-01-01T00:00:01Z","v":1},{"id":7,"updated_at":"2026-01-01T00:00:01Z","v":2}`, "items 0 and 1"},
+	} {
+		s, _, _ := newSource(t, &canned{answers: []func(http.ResponseWriter, *http.Request){body(200, `{"items":[`+tc.items+`],"next_cursor":null}`)}}, httpsrc.Config{})
+		_, err := s.Page(context.Background(), connector.PageRequest{Limit: 10})
+		if !errors.Is(err, connector.ErrPermanent) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "change log") {
+			t.Errorf("%s: %v, want a permanent error naming %s and a change log", tc.name, err, tc.want)
+		}
+	}
+	s, _, _ := newSource(t, &canned{answers: []func(http.ResponseWriter, *http.Request){body(200, `{"items":[`+oneItem+`,`+oneItem+`],"next_cursor":null}`)}}, httpsrc.Config{})
+	if p, err := s.Page(context.Background(), connector.PageRequest{Limit: 10}); err != nil || len(p.Rows) != 2 {
+		t.Errorf("the same item twice: %+v %v", p, err)
+	}
+}
