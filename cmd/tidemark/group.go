@@ -43,7 +43,7 @@ type taskEnv struct {
 	need  map[string]int // fixed once built
 	// connecting serialises the first connect of each DSN, so that a
 	// database that does not answer holds up only its own tasks.
-	connecting map[string]*sync.Mutex
+	connecting map[string]chan struct{}
 	closed     bool
 }
 
@@ -78,18 +78,24 @@ func (e *taskEnv) pool(ctx context.Context, pc postgres.Config) (*pgxpool.Pool, 
 		return p, nil
 	}
 	if e.connecting == nil {
-		e.connecting = map[string]*sync.Mutex{}
+		e.connecting = map[string]chan struct{}{}
 	}
 	l := e.connecting[k]
 	if l == nil {
-		l = &sync.Mutex{}
+		l = make(chan struct{}, 1)
 		e.connecting[k] = l
 	}
 	need := e.need[k]
 	e.mu.Unlock()
 
-	l.Lock()
-	defer l.Unlock()
+	// Wait for another task's connect to the same DSN, but no longer than
+	// this task may: a revoke must not wait for a connect that hangs.
+	select {
+	case l <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-l }()
 	e.mu.Lock()
 	p := e.pools[k]
 	e.mu.Unlock()

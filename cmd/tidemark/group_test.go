@@ -134,6 +134,43 @@ func TestPoolsConnectIndependently(t *testing.T) {
 	}
 }
 
+// TestPoolWaitEndsWithItsContext: a task that waits for another task's
+// first connect to the same DSN (one that hangs) stops waiting when its own
+// context ends, so a revoke of it is not held up for the connect's
+// timeout (and the member evicted past rebalance_timeout).
+func TestPoolWaitEndsWithItsContext(t *testing.T) {
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	go func() { // accepts, never answers
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	env := &taskEnv{pools: map[string]*pgxpool.Pool{}, need: map[string]int{}}
+	defer env.close()
+	pc := postgres.Config{DSN: "postgres://u@" + silent.Addr().String() + "/db?sslmode=disable"}
+	hung, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	go func() { _, _ = env.pool(hung, pc) }()
+	time.Sleep(200 * time.Millisecond)
+	revoked, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel2()
+	start := time.Now()
+	if _, err := env.pool(revoked, pc); err == nil {
+		t.Fatal("a pool from a database that does not answer")
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the second task waited %s for the first one's connect after its context ended", d.Round(time.Millisecond))
+	}
+}
+
 // TestSignalStopsAOneShotCommandTruthfully: a one-shot command that a
 // signal stops while it waits at start-up exits 1 (it did not do its
 // job), saying so, not "runtime failure after retries".
