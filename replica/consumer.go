@@ -68,6 +68,15 @@ func (s Stats) TotalLag() int64 {
 	return n
 }
 
+// TopicChecker is a Store that keeps, with its positions, the Kafka topic
+// id they belong to. CheckTopic is called before a run reads anything: it
+// fails wrapping ErrPosition when the stored positions belong to another
+// topic of the same name (deleted and created again), and otherwise keeps
+// id for the positions it stores from then on.
+type TopicChecker interface {
+	CheckTopic(ctx context.Context, id string) error
+}
+
 // ErrPosition marks a stored position the topic cannot serve: before its
 // log start (records were deleted) or past its end (the topic was
 // recreated). Nothing is guessed; rebuild the store from the beginning.
@@ -118,13 +127,18 @@ func Reset(ctx context.Context, store Store) error {
 // batch applied.
 func (c *Consumer) Run(ctx context.Context, mode Mode) (Stats, error) {
 	st := Stats{Positions: map[int32]int64{}, Lag: map[int32]int64{}}
+	ends, starts, id, err := c.bounds(ctx)
+	if err != nil {
+		return st, stopErr(ctx, err)
+	}
+	if tc, ok := c.store.(TopicChecker); ok && id != "" {
+		if err := tc.CheckTopic(ctx, id); err != nil {
+			return st, stopErr(ctx, err)
+		}
+	}
 	stored, err := c.store.Positions(ctx)
 	if err != nil {
 		return st, stopErr(ctx, fmt.Errorf("read stored positions: %w", err))
-	}
-	ends, starts, err := c.bounds(ctx)
-	if err != nil {
-		return st, stopErr(ctx, err)
 	}
 	from := map[int32]kgo.Offset{}
 	for p, end := range ends {
@@ -262,46 +276,53 @@ func (c *Consumer) logProgress(msg string, st Stats) {
 }
 
 // bounds lists the last stable (committed) end and the start offset of
-// every partition.
-func (c *Consumer) bounds(ctx context.Context) (ends, starts map[int32]int64, err error) {
+// every partition, and the topic's id ("" when the cluster has none).
+func (c *Consumer) bounds(ctx context.Context) (ends, starts map[int32]int64, id string, err error) {
 	cl, err := kgo.NewClient(c.cfg.Opts...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect: %w", err)
+		return nil, nil, "", fmt.Errorf("connect: %w", err)
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
+	td, err := adm.ListTopics(ctx, c.cfg.Topic)
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("describe %s: %w", c.cfg.Topic, err)
+	}
+	if d, ok := td[c.cfg.Topic]; ok && d.Err == nil && d.ID != (kadm.TopicID{}) {
+		id = d.ID.String()
+	}
 	endL, err := adm.ListCommittedOffsets(ctx, c.cfg.Topic)
 	if err != nil {
-		return nil, nil, fmt.Errorf("list end offsets of %s: %w", c.cfg.Topic, err)
+		return nil, nil, "", fmt.Errorf("list end offsets of %s: %w", c.cfg.Topic, err)
 	}
 	startL, err := adm.ListStartOffsets(ctx, c.cfg.Topic)
 	if err != nil {
-		return nil, nil, fmt.Errorf("list start offsets of %s: %w", c.cfg.Topic, err)
+		return nil, nil, "", fmt.Errorf("list start offsets of %s: %w", c.cfg.Topic, err)
 	}
 	ends, starts = map[int32]int64{}, map[int32]int64{}
 	for _, ps := range endL {
 		for p, o := range ps {
 			if errors.Is(o.Err, kerr.UnknownTopicOrPartition) {
-				return nil, nil, fmt.Errorf("topic %s does not exist", c.cfg.Topic)
+				return nil, nil, "", fmt.Errorf("topic %s does not exist", c.cfg.Topic)
 			}
 			if o.Err != nil {
-				return nil, nil, fmt.Errorf("end offset of %s/%d: %w", c.cfg.Topic, p, o.Err)
+				return nil, nil, "", fmt.Errorf("end offset of %s/%d: %w", c.cfg.Topic, p, o.Err)
 			}
 			ends[p] = o.Offset
 		}
 	}
 	if len(ends) == 0 {
-		return nil, nil, fmt.Errorf("topic %s does not exist", c.cfg.Topic)
+		return nil, nil, "", fmt.Errorf("topic %s does not exist", c.cfg.Topic)
 	}
 	for _, ps := range startL {
 		for p, o := range ps {
 			if o.Err != nil {
-				return nil, nil, fmt.Errorf("start offset of %s/%d: %w", c.cfg.Topic, p, o.Err)
+				return nil, nil, "", fmt.Errorf("start offset of %s/%d: %w", c.cfg.Topic, p, o.Err)
 			}
 			starts[p] = o.Offset
 		}
 	}
-	return ends, starts, nil
+	return ends, starts, id, nil
 }
 
 func modeName(m Mode) string {

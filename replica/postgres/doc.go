@@ -8,8 +8,9 @@
 //     CONFLICT (id) DO UPDATE the rest with each value cast to its column's
 //     type, and upsert the positions into the offsets table
 //     (tidemark_replica_offsets: target_table, topic, partition,
-//     next_offset), all in one transaction under an advisory lock. A crash
-//     anywhere leaves rows and positions consistent.
+//     next_offset, and the topic's Kafka id), all in one transaction under
+//     an advisory lock. A crash anywhere leaves rows and positions
+//     consistent; positions of a topic since recreated are refused.
 //   - the inverse of the source's value encoding (connector/postgres
 //     encode.go): base64 back to bytea, JSON arrays back to array literals,
 //     embedded json/jsonb kept byte for byte, timestamps, numerics and every

@@ -488,3 +488,54 @@ func TestTargetOnlyColumnsLeftAlone(t *testing.T) {
 		t.Errorf("table:\n%swant:\n%s", got, want)
 	}
 }
+
+// TestRecreatedTopicIsRefused: positions belong to one topic, by its Kafka
+// topic id, not its name. A topic deleted and created again under the same
+// name, with at least as many offsets as the positions (a reset connector
+// republishing every live row), stops the replica (ErrPosition) instead of
+// skipping the new topic's first offsets and keeping rows deleted since.
+// Positions stored before topic ids were kept take the topic's id.
+func TestRecreatedTopicIsRefused(t *testing.T) {
+	r := newRig(t)
+	r.exec(`CREATE TABLE t_rt (id bigint PRIMARY KEY, v text)`)
+	ctx := context.Background()
+	produce(t, r.opts, "rt", rec("1", `{"id":1,"v":"a"}`), rec("2", `{"id":2,"v":"b"}`), rec("3", `{"id":3,"v":"c"}`))
+	open := func() *postgres.Target {
+		tg, err := postgres.Open(ctx, postgres.Config{DSN: r.db.URL, Table: "t_rt", Topic: "rt"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(tg.Close)
+		return tg
+	}
+	run := func() error {
+		c, err := replica.NewConsumer(replica.Config{Topic: "rt", Opts: r.opts, Logger: quietLogger(t)}, open())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Run(ctx, replica.Once)
+		return err
+	}
+	if err := run(); err != nil {
+		t.Fatal(err)
+	}
+	// As stored by a version without topic ids: adopted.
+	r.exec(`UPDATE tidemark_replica_offsets SET topic_id = NULL`)
+	if err := run(); err != nil {
+		t.Fatalf("positions without a topic id: %v", err)
+	}
+	cl, err := kgo.NewClient(r.opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := kadm.NewClient(cl).DeleteTopics(ctx, "rt"); err != nil {
+		t.Fatal(err)
+	}
+	// Row 2 was deleted meanwhile: the new topic has no record of it.
+	produce(t, r.opts, "rt", rec("1", `{"id":1,"v":"a"}`), rec("3", `{"id":3,"v":"c"}`), rec("4", `{"id":4,"v":"d"}`), rec("5", `{"id":5,"v":"e"}`))
+	err = run()
+	if !errors.Is(err, replica.ErrPosition) || !strings.Contains(err.Error(), "recreated") {
+		t.Fatalf("after the topic was recreated: %v, want ErrPosition saying it was recreated", err)
+	}
+}

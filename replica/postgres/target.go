@@ -37,6 +37,9 @@ type Target struct {
 	// known is the positions this target last read (Positions) or wrote
 	// (Apply, Reset); nil after a failed Apply, when they are uncertain.
 	known map[int32]int64
+	// topicID is the Kafka topic id CheckTopic was given, stored with the
+	// positions ("" before, or without one).
+	topicID string
 
 	// beforeCommit, when set (tests), runs after every statement of an
 	// Apply and before COMMIT; an error aborts the transaction.
@@ -46,6 +49,7 @@ type Target struct {
 var (
 	_ replica.Store    = (*Target)(nil)
 	_ replica.Resetter = (*Target)(nil)
+	_ replica.TopicChecker = (*Target)(nil)
 )
 
 // Open connects to the target database, creates the offsets table when
@@ -89,8 +93,13 @@ func (t *Target) open(ctx context.Context) error {
 		partition integer NOT NULL,
 		next_offset bigint NOT NULL,
 		updated_at timestamptz NOT NULL DEFAULT now(),
+		topic_id text,
 		PRIMARY KEY (target_table, topic, partition))`); err != nil {
 		return fmt.Errorf("create offsets table %s: %w", t.offsets, err)
+	}
+	// Tables created before positions kept the topic's id.
+	if _, err := t.pool.Exec(ctx, `ALTER TABLE `+t.offsets+` ADD COLUMN IF NOT EXISTS topic_id text`); err != nil {
+		return fmt.Errorf("add column topic_id to the offsets table %s (run the replica as its owner once): %w", t.offsets, err)
 	}
 	if len(t.cfg.Columns) > 0 {
 		if err := t.create(ctx, t.pool, t.cfg.Columns); err != nil {
@@ -378,10 +387,18 @@ func (t *Target) Apply(ctx context.Context, batch []replica.Change, pos map[int3
 		for i, p := range ps {
 			parts[i], offs[i] = p, pos[p]
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO `+t.offsets+` (target_table, topic, partition, next_offset)
-			SELECT $1, $2, p, o FROM unnest($3::int4[], $4::int8[]) AS u(p, o)
-			ON CONFLICT (target_table, topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset, updated_at = now()`,
-			t.cfg.Table, t.cfg.Topic, parts, offs); err != nil {
+		t.mu.Lock()
+		var topicID *string
+		if t.topicID != "" {
+			id := t.topicID
+			topicID = &id
+		}
+		t.mu.Unlock()
+		if _, err := tx.Exec(ctx, `INSERT INTO `+t.offsets+` (target_table, topic, partition, next_offset, topic_id)
+			SELECT $1, $2, p, o, $5 FROM unnest($3::int4[], $4::int8[]) AS u(p, o)
+			ON CONFLICT (target_table, topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset, updated_at = now(),
+				topic_id = coalesce(EXCLUDED.topic_id, `+t.offsets+`.topic_id)`,
+			t.cfg.Table, t.cfg.Topic, parts, offs, topicID); err != nil {
 			return fmt.Errorf("store positions: %w", err)
 		}
 	}
@@ -514,6 +531,40 @@ func (t *Target) merge(ctx context.Context, tx pgx.Tx, st tableState, rows []sta
 		" FROM tidemark_stage s WHERE NOT s.del ORDER BY s.ord ON CONFLICT ("+id+") "+action); err != nil {
 		return fmt.Errorf("upsert: %w", err)
 	}
+	return nil
+}
+
+// CheckTopic implements replica.TopicChecker: positions stored for another
+// topic id (the topic was deleted and created again under its name) fail
+// wrapping replica.ErrPosition; positions stored without one (before topic
+// ids were kept) take id.
+func (t *Target) CheckTopic(ctx context.Context, id string) error {
+	tx, err := t.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", t.lockKey); err != nil {
+		return fmt.Errorf("lock target: %w", err)
+	}
+	var other *string
+	if err := tx.QueryRow(ctx, `SELECT min(topic_id) FROM `+t.offsets+` WHERE target_table = $1 AND topic = $2 AND topic_id IS DISTINCT FROM $3 AND topic_id IS NOT NULL`,
+		t.cfg.Table, t.cfg.Topic, id).Scan(&other); err != nil {
+		return fmt.Errorf("read the positions' topic id: %w", err)
+	}
+	if other != nil {
+		return fmt.Errorf("%w: the positions in %s belong to topic %s with id %s, but the topic of that name now has id %s: it was deleted and recreated, so its offsets are not the ones applied; rebuild with --from-beginning",
+			replica.ErrPosition, t.offsets, t.cfg.Topic, *other, id)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE `+t.offsets+` SET topic_id = $3 WHERE target_table = $1 AND topic = $2 AND topic_id IS NULL`, t.cfg.Table, t.cfg.Topic, id); err != nil {
+		return fmt.Errorf("store the positions' topic id: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	t.mu.Lock()
+	t.topicID = id
+	t.mu.Unlock()
 	return nil
 }
 
