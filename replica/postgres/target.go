@@ -47,8 +47,8 @@ type Target struct {
 }
 
 var (
-	_ replica.Store    = (*Target)(nil)
-	_ replica.Resetter = (*Target)(nil)
+	_ replica.Store        = (*Target)(nil)
+	_ replica.Resetter     = (*Target)(nil)
 	_ replica.TopicChecker = (*Target)(nil)
 )
 
