@@ -115,3 +115,21 @@ func TestSourceSafetyStopMarksCheckpoint(t *testing.T) {
 		t.Fatalf("a marked checkpoint must refuse to run: %v", err)
 	}
 }
+
+// TestAnotherConnectorsTopicIsRefused: a connector with no checkpoint whose
+// data topic holds another connector's records (two configurations given
+// one topic, or a connector renamed) stops before it writes: each one's
+// sweep would tombstone the other's rows, and a renamed one would publish
+// every row again.
+func TestAnotherConnectorsTopicIsRefused(t *testing.T) {
+	r := newRig(t)
+	m := newMemTable()
+	m.set("k1", t0, "v", false)
+	r.once(m, connector.Config{PageSize: 4})
+	st := offsets.NewStore(r.opts, r.offsets, "other").FailClosed(offsets.NewLedger(r.opts, r.ledger, "other"), r.topic)
+	_, err := st.Load(context.Background())
+	var stop *connector.StopError
+	if !errors.As(err, &stop) || !strings.Contains(err.Error(), fmt.Sprintf("records of connector %q", r.name)) || !strings.Contains(err.Error(), "tidemark reset") {
+		t.Fatalf("want a safety stop naming the other connector and reset, got %v", err)
+	}
+}

@@ -262,14 +262,23 @@ func watchCut(ctx context.Context, w fold.ViewWait) (context.Context, *atomic.Bo
 var lastRunWait = 500 * time.Millisecond
 
 // noRecordsOfOurs fails when the data topic already holds a committed record
-// published by this connector.
+// published by this connector, or by another tidemark connector: a data
+// topic is one connector's (each one's sweep would tombstone the other's
+// rows, and a connector renamed would publish every row again).
 func (s *Store) noRecordsOfOurs(ctx context.Context) error {
-	var found *kgo.Record
+	var found, foreign *kgo.Record
+	var other string
 	err := fold.Scan(ctx, s.opts, s.dataTopic, func(r *kgo.Record) error {
 		for _, h := range r.Headers {
-			if h.Key == schemas.HeaderConnector && string(h.Value) == s.connector {
+			if h.Key != schemas.HeaderConnector {
+				continue
+			}
+			if string(h.Value) == s.connector {
 				found = r
 				return fold.ErrStop
+			}
+			if foreign == nil {
+				foreign, other = r, string(h.Value)
 			}
 		}
 		return nil
@@ -282,6 +291,15 @@ func (s *Store) noRecordsOfOurs(ctx context.Context) error {
 			Reason: fmt.Sprintf("there is no checkpoint for connector %q in %s, but the data topic %s already holds its records (partition %d offset %d): the checkpoint was lost",
 				s.connector, s.topic, s.dataTopic, found.Partition, found.Offset),
 			Hint: "nothing was written; if the offsets topic was deleted on purpose, run `tidemark reset` (to scratch re-publishes every row; --to-watermark resumes from a stated point)",
+		}
+	}
+	if foreign != nil {
+		return &connector.StopError{
+			Reason: fmt.Sprintf("connector %q has no checkpoint, and its data topic %s already holds records of connector %q (partition %d offset %d): a data topic is one connector's; "+
+				"two connectors in one topic overwrite each other's keys and each one's sweep would tombstone the other's rows",
+				s.connector, s.dataTopic, other, foreign.Partition, foreign.Offset),
+			Hint: fmt.Sprintf("nothing was written; give this connector a topic of its own (kafka.topic), or, if it replaces %q (renamed, say) and that one will not run again, "+
+				"take the topic over with `tidemark reset --config FILE --yes` (publishes every row again) or `tidemark reset --config FILE --to-watermark <%q's watermark, from tidemark status> --yes`", other, other),
 		}
 	}
 	return nil
