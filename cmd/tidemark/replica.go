@@ -182,6 +182,9 @@ func replicaError(err error, table string) error {
 	case errors.As(err, &ve):
 		return &connector.StopError{Reason: "a record does not fit the replica table; nothing of its batch was applied", Err: err,
 			Hint: fmt.Sprintf("change the column's type in %s (ALTER TABLE) or rebuild it, then run again: it resumes at this batch", table)}
+	case errors.Is(err, replicapg.ErrConstraint):
+		return &connector.StopError{Reason: "a batch of records violates a constraint of " + table + "; nothing of it was applied", Err: err,
+			Hint: "drop or change the constraint (or rebuild the table without it), then run again: it resumes at this batch"}
 	case errors.Is(err, replica.ErrPosition):
 		return &connector.StopError{Reason: "the stored replica position does not fit the topic", Err: err,
 			Hint: "rebuild the replica: tidemark replica --from-beginning"}

@@ -539,3 +539,47 @@ func TestRecreatedTopicIsRefused(t *testing.T) {
 		t.Fatalf("after the topic was recreated: %v, want ErrPosition saying it was recreated", err)
 	}
 }
+
+// TestConstraintViolationIsNamed: a batch that violates a constraint of the
+// target the source does not have (a CHECK, a foreign key, another unique
+// index) fails with ErrConstraint naming the constraint, so the CLI stops
+// (exit 3) instead of retrying a batch that fails the same way every run;
+// nothing of it is applied. A deferrable unique index on the id cannot
+// serve ON CONFLICT and is refused when the table is opened.
+func TestConstraintViolationIsNamed(t *testing.T) {
+	r := newRig(t)
+	r.exec(`CREATE TABLE t_chk (id bigint PRIMARY KEY, v text CONSTRAINT v_short CHECK (length(v) < 5), email text UNIQUE)`)
+	ctx := context.Background()
+	tg, err := postgres.Open(ctx, postgres.Config{DSN: r.db.URL, Table: "t_chk", Topic: r.topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg.Close()
+	if _, err := tg.Positions(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct{ value, constraint string }{
+		{`{"id":1,"v":"toolong"}`, "v_short"},
+		{`{"id":2,"v":"a","email":"x@y"},{"id":3,"v":"b","email":"x@y"}`, "t_chk_email_key"},
+	} {
+		var batch []replica.Change
+		for j, v := range strings.Split(tc.value, "},{") {
+			v = "{" + strings.Trim(v, "{}") + "}"
+			batch = append(batch, replica.Change{Key: strconv.Itoa(10*i + j), Value: []byte(v), Offset: int64(j)})
+		}
+		err := tg.Apply(ctx, batch, map[int32]int64{0: int64(len(batch))})
+		if !errors.Is(err, postgres.ErrConstraint) || !strings.Contains(err.Error(), tc.constraint) {
+			t.Errorf("%s: %v, want ErrConstraint naming %s", tc.value, err, tc.constraint)
+		}
+		if _, err := tg.Positions(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := r.dump2("t_chk"); got != "" {
+		t.Errorf("rows applied:\n%s", got)
+	}
+	r.exec(`CREATE TABLE t_defer (id bigint, v text, CONSTRAINT t_defer_pk PRIMARY KEY (id) DEFERRABLE INITIALLY DEFERRED)`)
+	if _, err := postgres.Open(ctx, postgres.Config{DSN: r.db.URL, Table: "t_defer", Topic: r.topic}); !errors.Is(err, postgres.ErrSchema) || !strings.Contains(err.Error(), "deferrable") {
+		t.Errorf("a deferrable primary key: %v, want ErrSchema saying it is deferrable", err)
+	}
+}

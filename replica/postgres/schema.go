@@ -29,6 +29,12 @@ type Column struct {
 // id column. An operator must change the table (or the configuration).
 var ErrSchema = errors.New("target table does not fit")
 
+// ErrConstraint marks a batch that violates a constraint of the target
+// table (a CHECK, a foreign key, a unique index other than the id's): the
+// same batch fails the same way on every run until the constraint or the
+// table is changed. Nothing of it was applied.
+var ErrConstraint = errors.New("the batch violates a constraint of the target table")
+
 // querier is what catalog reads need from a pool, a connection or a
 // transaction.
 type querier interface {

@@ -162,13 +162,13 @@ func (t *Target) load(ctx context.Context, q querier) (tableState, error) {
 			SELECT EXISTS (
 				SELECT 1 FROM pg_catalog.pg_index i
 				JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
-				WHERE i.indrelid = $1::regclass AND i.indisunique AND i.indnkeyatts = 1
+				WHERE i.indrelid = $1::regclass AND i.indisunique AND i.indimmediate AND i.indisvalid AND i.indnkeyatts = 1
 				  AND i.indpred IS NULL AND i.indexprs IS NULL AND a.attname = $2)`,
 			t.ident, t.cfg.IDColumn).Scan(&unique); err != nil {
 			return tableState{}, fmt.Errorf("read indexes of %s: %w", t.ident, err)
 		}
 		if !unique {
-			errs = append(errs, fmt.Errorf("id column %q has no unique index (upserts need one): ALTER TABLE %s ADD PRIMARY KEY (%s)",
+			errs = append(errs, fmt.Errorf("id column %q has no unique index that is valid and not deferrable (upserts need one; ON CONFLICT cannot use a deferrable or invalid one): ALTER TABLE %s ADD PRIMARY KEY (%s)",
 				t.cfg.IDColumn, t.ident, quote(t.cfg.IDColumn)))
 		}
 	}
@@ -376,6 +376,14 @@ func (t *Target) Apply(ctx context.Context, batch []replica.Change, pos map[int3
 				if ve := t.diagnose(ctx, st, rows, pgErr); ve != nil {
 					return ve
 				}
+			}
+			if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "23") && pgErr.Code != "23502" {
+				detail := ""
+				if pgErr.Detail != "" {
+					detail = " (" + pgErr.Detail + ")"
+				}
+				return fmt.Errorf("%w: constraint %q of %s: %s%s; the replica mirrors the topic, so a constraint the source does not have can refuse its rows: drop or change it, then run again",
+					ErrConstraint, pgErr.ConstraintName, t.ident, pgErr.Message, detail)
 			}
 			return err
 		}
