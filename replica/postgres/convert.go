@@ -169,7 +169,15 @@ const (
 	classUUID
 	classString
 	classJSON // object or array
+	// classWideInt is an integer a double would round (beyond 2^53) that
+	// a bigint holds; classHugeInt one beyond a bigint (an HTTP source's).
+	classWideInt
+	classHugeInt
 )
+
+// exactInDouble is the largest integer every smaller one of which a
+// double holds exactly.
+const exactInDouble = 1 << 53
 
 func classify(raw []byte) jsonClass {
 	switch raw[0] {
@@ -194,8 +202,13 @@ func classify(raw []byte) jsonClass {
 		}
 		return classString
 	}
-	if _, err := strconv.ParseInt(string(raw), 10, 64); err == nil {
+	if n, err := strconv.ParseInt(string(raw), 10, 64); err == nil {
+		if n > exactInDouble || n < -exactInDouble {
+			return classWideInt
+		}
 		return classInt
+	} else if errors.Is(err, strconv.ErrRange) {
+		return classHugeInt
 	}
 	return classFloat
 }
@@ -261,10 +274,14 @@ func inferType(seen map[jsonClass]bool) string {
 		return "text"
 	case only(classBool):
 		return "boolean"
-	case only(classInt):
+	case only(classInt, classWideInt):
 		return "bigint"
 	case only(classInt, classFloat):
 		return "double precision"
+	case only(classInt, classWideInt, classHugeInt, classFloat):
+		// Integers a bigint cannot hold, or a double would round beside
+		// fractions: numeric holds every one as written.
+		return "numeric"
 	case only(classTimestamp):
 		return "timestamp with time zone"
 	case only(classUUID):

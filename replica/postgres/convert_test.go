@@ -57,6 +57,20 @@ func TestInferType(t *testing.T) {
 			t.Errorf("%v: %s, want %s", raws, got, want)
 		}
 	}
+	// Integers a double would round (beyond 2^53) or a bigint cannot hold
+	// (an HTTP source's) infer numeric, which holds them and fractions.
+	for _, raws := range [][]string{
+		{`12345678901234567890`, `1`},
+		{`9007199254740993`, `1.5`},
+		{`-99999999999999999999999`, `2.25`},
+	} {
+		if got := inferType(cls(raws...)); got != "numeric" {
+			t.Errorf("%v: %s, want numeric", raws, got)
+		}
+	}
+	if got := inferType(cls(`9007199254740993`, `1`)); got != "bigint" {
+		t.Errorf("wide integers that fit a bigint: %s, want bigint", got)
+	}
 	if got := inferType(cls(`null`)); got != "text" {
 		t.Errorf("only nulls: %s", got)
 	}
