@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // kind is how one column's JSON value becomes PostgreSQL text input: the
@@ -19,6 +20,7 @@ const (
 	kindJSON               // json, jsonb: the embedded JSON text as is
 	kindBytea              // base64 string -> \x hex input
 	kindArray              // JSON array -> array literal of elem kind
+	kindTime               // date, timestamp, timestamptz: astronomical years <= 0 -> BC
 )
 
 // member is one top-level member of a record value, in document order.
@@ -73,8 +75,39 @@ func toText(raw []byte, k, elem kind) (string, error) {
 		var b []byte
 		b, err := appendArray(b, raw, elem)
 		return string(b), err
+	case kindTime:
+		s, err := scalarText(raw)
+		return bcText(s), err
 	}
 	return scalarText(raw)
+}
+
+// bcText is the text input of a date or timestamp the records write with
+// an astronomical year of 0 or below (0000-03-15, -0043-03-15T12:00:00Z:
+// RFC 3339 has no era), which PostgreSQL reads only as a year BC: 1 BC is
+// year 0, 44 BC year -43. Other values are returned as they are.
+func bcText(s string) string {
+	neg := strings.HasPrefix(s, "-")
+	digits := strings.TrimPrefix(s, "-")
+	end := strings.IndexByte(digits, '-')
+	if end < 4 {
+		return s
+	}
+	year, err := strconv.Atoi(digits[:end])
+	if err != nil || !neg && year != 0 {
+		return s
+	}
+	if neg {
+		year = -year
+	}
+	rest := digits[end:]
+	if i := strings.IndexByte(rest, 'T'); i >= 0 {
+		rest = rest[:i] + " " + rest[i+1:]
+	}
+	if strings.HasSuffix(rest, "Z") {
+		rest = strings.TrimSuffix(rest, "Z") + "+00"
+	}
+	return fmt.Sprintf("%04d%s BC", 1-year, rest)
 }
 
 // scalarText is the text input for a scalar column: a string's content, a

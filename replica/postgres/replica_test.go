@@ -583,3 +583,20 @@ func TestConstraintViolationIsNamed(t *testing.T) {
 		t.Errorf("a deferrable primary key: %v, want ErrSchema saying it is deferrable", err)
 	}
 }
+
+// TestBCDatesReplicate: timestamps and dates before year 1 (astronomical
+// year 0 and below, which the records write as year 0000 or -0043) are
+// stored as the same instants and days, BC.
+func TestBCDatesReplicate(t *testing.T) {
+	r := newRig(t)
+	tg := r.target("items_replica")
+	r.exec(`INSERT INTO items (id, updated_at, ts, d) VALUES
+		(1, clock_timestamp(), '0044-03-15 12:00:00.000001 BC', '0044-03-15 BC'),
+		(2, clock_timestamp(), '0001-12-31 23:59:59 BC', '0001-01-01 BC'),
+		(3, clock_timestamp(), '0001-01-01 00:00:00', '0001-01-01')`)
+	r.sync()
+	if _, err := r.consumer(tg, 100).Run(context.Background(), replica.Once); err != nil {
+		t.Fatalf("replica: %v", err)
+	}
+	r.assertSame("items_replica")
+}

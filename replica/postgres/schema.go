@@ -104,6 +104,8 @@ func kindOfOID(oid int64) kind {
 		return kindBytea
 	case 114, 3802:
 		return kindJSON
+	case 1082, 1114, 1184: // date, timestamp, timestamptz
+		return kindTime
 	}
 	return kindScalar
 }
