@@ -92,3 +92,25 @@ func TestSweepIsRefusedWhileAKeyLoadIsOpen(t *testing.T) {
 		t.Errorf("%d row versions published twice, e.g. %v", len(d), d[:min(3, len(d))])
 	}
 }
+
+// A sweep before the connector ever loaded (no checkpoint, or a reset to
+// scratch) is refused too: it would publish every row as missing, and an
+// initial load in key order would then publish the rows it had not read
+// yet again once its first commit prunes the dedupe set below its floor.
+func TestSweepIsRefusedBeforeTheInitialLoad(t *testing.T) {
+	r := newRig(t)
+	m := newMemKeyTable()
+	seedRandom(m, rand.New(rand.NewPCG(13, 14)), 200)
+	src := sweepKeyTable{m}
+	cfg := connector.Config{PageSize: 10, TxnMaxRecords: 20, Margin: time.Second, LoadWorkers: 2}
+	e, _ := r.engine(src, cfg)
+	res, err := e.SweepOnce(context.Background(), fold.Topic{Opts: r.opts, Topic: r.topic})
+	if !errors.Is(err, connector.ErrInitialLoadOpen) || !strings.Contains(err.Error(), "run --once") {
+		t.Fatalf("sweep before any load: %v (%s); want ErrInitialLoadOpen naming run --once", err, res)
+	}
+	r.once(src, cfg)
+	st := r.assertFolded(m.expected())
+	if d := dupes(st); len(d) > 0 {
+		t.Errorf("%d row versions published twice, e.g. %v", len(d), d[:min(3, len(d))])
+	}
+}

@@ -100,7 +100,7 @@ func cmdVerify(ctx context.Context, a *cli) error {
 		if err := a.waitForKafka(ctx, opts); err != nil {
 			return err
 		}
-		target = fold.Topic{Opts: opts, Topic: a.cfg.Kafka.Topic}
+		target = fold.Topic{Opts: opts, Topic: a.cfg.Kafka.Topic, SameRecords: true}
 	}
 	a.log.Info("verify: reading the target, then the source under one snapshot", "target", name)
 	rep, err := verify.Options{MaxKeysInMemory: a.sweepMaxKeys()}.Compare(ctx, scanner, target, name)
