@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -228,7 +229,7 @@ func TestMarksSettle(t *testing.T) {
 		{"x1 marks", v1(150), mk(200), v1(100), int64(150), int64(100)},
 		{"settle mark 3e9 ids old", mk(1000 + 3_000_000_000 - 5), mk(1000 + 3_000_000_000), mk(1000), int64((1000 + 3_000_000_000 - 5) & 0xffffffff), nil},
 	} {
-		skip, settled, err := s.marks(sh, connector.PageRequest{Skip: c.skip, Mark: c.mark, Settle: c.settle})
+		skip, settled, err := s.marks(context.Background(), sh, connector.PageRequest{Skip: c.skip, Mark: c.mark, Settle: c.settle})
 		if err != nil {
 			t.Errorf("%s: %v", c.name, err)
 			continue
@@ -242,7 +243,7 @@ func TestMarksSettle(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"nonsense", "x2:100", "x2:100@", "x1:100@16384", "x2:-1@1"} {
-		if _, _, err := s.marks(sh, connector.PageRequest{Mark: mk(1), Settle: bad}); err == nil {
+		if _, _, err := s.marks(context.Background(), sh, connector.PageRequest{Mark: mk(1), Settle: bad}); err == nil {
 			t.Errorf("settle mark %q accepted", bad)
 		}
 	}
@@ -277,7 +278,7 @@ func TestMarksSteps(t *testing.T) {
 		{"above the pass's mark", mk(200), []connector.Step{step(150, 1), step(300, 2)}, nil, nil},
 		{"2^30 ids old", mk(1000 + 1<<30), []connector.Step{step(1000, 1), step(2000, 2)}, []time.Time{at(2)}, []int64{2000}},
 	} {
-		lows, marks, err := s.steps(sh, connector.PageRequest{Mark: c.mark, Steps: c.steps})
+		lows, marks, err := s.steps(context.Background(), sh, connector.PageRequest{Mark: c.mark, Steps: c.steps})
 		if err != nil {
 			t.Errorf("%s: %v", c.name, err)
 			continue
@@ -293,8 +294,51 @@ func TestMarksSteps(t *testing.T) {
 		}
 	}
 	for _, bad := range [][]connector.Step{{{Mark: "nonsense", Since: at(1)}}, {step(150, 2), step(160, 1)}} {
-		if _, _, err := s.steps(sh, connector.PageRequest{Mark: mk(200), Steps: bad}); err == nil {
+		if _, _, err := s.steps(context.Background(), sh, connector.PageRequest{Mark: mk(200), Steps: bad}); err == nil {
 			t.Errorf("steps %v accepted", bad)
+		}
+	}
+}
+
+// TestMarkFormats: a mark lists its relation's oids (x3) up to
+// maxMarkOids, beyond that a digest (x2, also what earlier releases wrote);
+// an x2 mark of the same relation is the same relation as an x3 one, and
+// an oid list that is not one is refused.
+func TestMarkFormats(t *testing.T) {
+	few := "16384,16390,16395"
+	if got := formatMark(7, few); got != "x3:7@"+few {
+		t.Errorf("formatMark = %q", got)
+	}
+	many := make([]string, maxMarkOids+1)
+	for i := range many {
+		many[i] = strconv.Itoa(20000 + i)
+	}
+	if got := formatMark(7, strings.Join(many, ",")); !strings.HasPrefix(got, "x2:7@") || strings.Contains(got, ",") {
+		t.Errorf("formatMark of %d oids = %q, want a digest", len(many), got)
+	}
+	_, r3, err := parseMark("x3:7@" + few)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, r2, err := parseMark("x2:7@" + relationDigest(few))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Source{}
+	if !s.covers(context.Background(), r3, 7, r2) || !s.covers(context.Background(), r2, 7, r3) {
+		t.Errorf("an x2 and an x3 mark of one relation do not cover each other")
+	}
+	_, fewer, _ := parseMark("x3:7@16384,16390")
+	if !s.covers(context.Background(), fewer, 7, r3) {
+		t.Errorf("a dropped partition: the earlier mark does not cover the relation")
+	}
+	_, other, _ := parseMark("x3:7@16999,16390,16395")
+	if s.covers(context.Background(), other, 7, r3) {
+		t.Errorf("another table under the name is covered")
+	}
+	for _, bad := range []string{"x3:7@16384,abc", "x3:7@", "x3:7@-1", "x3:7@016384"} {
+		if _, _, err := parseMark(bad); err == nil {
+			t.Errorf("mark %q accepted", bad)
 		}
 	}
 }

@@ -26,17 +26,40 @@ var _ connector.Clock = (*Source)(nil)
 // and is read again.
 //
 // A mark proves what was seen of one relation only. A table replaced under
-// its name (a shadow table renamed in, a partition attached, a dump
-// restored) holds versions below the mark that no pass saw. So the token
-// also names the relation: "x2:<xid8>@<relation>", where relation is a
-// digest of the oids of the table and its partitions, read under the
-// configured name when the mark is taken. A skip or settle mark of another
-// relation is not used. An "x1:<xid8>" token (an earlier release) names
-// none and is taken as the current relation's.
+// its name (a shadow table renamed in, a table with rows attached as a
+// partition, a dump restored) holds versions below the mark that no pass
+// saw. So the token also names the relation, the oids of the table and its
+// partitions read under the configured name when the mark is taken:
+// "x3:<xid8>@<oid>,<oid>,...", the table's first, or, with more than
+// maxMarkOids of them, "x2:<xid8>@<digest>" (a digest of that list; x2 is
+// also what earlier releases wrote). A skip or settle mark of another
+// relation is not used, with one exception (covers): the same table whose
+// partitions since added hold no version below the mark (created, not a
+// table with rows attached), or were dropped. An "x1:<xid8>" token (an
+// earlier release) names none and is taken as the current relation's.
 const (
-	markPrefix   = "x2:"
+	markPrefix   = "x3:"
+	markPrefixV2 = "x2:"
 	markPrefixV1 = "x1:"
+	// maxMarkOids bounds the oids a mark lists: a mark goes into every
+	// checkpoint, several times.
+	maxMarkOids = 64
 )
+
+// relation is the relation a mark names: the digest of its oid list, and
+// the list when the mark has it. The zero value names none (an x1 mark).
+type relation struct {
+	digest string
+	oids   []string
+}
+
+func relationOf(oids string) relation {
+	r := relation{digest: relationDigest(oids)}
+	if oids != "" {
+		r.oids = strings.Split(oids, ",")
+	}
+	return r
+}
 
 // markSQL reads the oldest running transaction id of the current snapshot
 // and the relation now under the configured name ($1, a quoted identifier):
@@ -80,24 +103,42 @@ func (s *Source) Now(ctx context.Context) (time.Time, error) {
 }
 
 func formatMark(x int64, oids string) string {
-	return markPrefix + strconv.FormatInt(x, 10) + "@" + relationDigest(oids)
+	if oids != "" && strings.Count(oids, ",") < maxMarkOids {
+		return markPrefix + strconv.FormatInt(x, 10) + "@" + oids
+	}
+	return markPrefixV2 + strconv.FormatInt(x, 10) + "@" + relationDigest(oids)
 }
 
-// parseMark returns a mark's transaction id and relation digest ("" for
-// an x1 mark, which names none).
-func parseMark(m string) (int64, string, error) {
-	xs, rel := "", ""
-	if rest, ok := strings.CutPrefix(m, markPrefix); ok {
+// parseMark returns a mark's transaction id and relation (the zero
+// relation for an x1 mark, which names none).
+func parseMark(m string) (int64, relation, error) {
+	xs, name := "", ""
+	var rel relation
+	switch {
+	case strings.HasPrefix(m, markPrefix), strings.HasPrefix(m, markPrefixV2):
 		var found bool
-		if xs, rel, found = strings.Cut(rest, "@"); !found || rel == "" {
-			return 0, "", fmt.Errorf("mark %q from the checkpoint names no relation; reset the connector rather than guess", m)
+		if xs, name, found = strings.Cut(m[len(markPrefix):], "@"); !found || name == "" {
+			return 0, rel, fmt.Errorf("mark %q from the checkpoint names no relation; reset the connector rather than guess", m)
 		}
-	} else if xs, ok = strings.CutPrefix(m, markPrefixV1); !ok {
-		return 0, "", fmt.Errorf("mark %q from the checkpoint is not a PostgreSQL-source mark; it was written by another source or corrupted: reset the connector rather than guess", m)
+		if strings.HasPrefix(m, markPrefixV2) {
+			rel.digest = name
+		} else {
+			for o := range strings.SplitSeq(name, ",") {
+				if n, err := strconv.ParseUint(o, 10, 32); err != nil || strconv.FormatUint(n, 10) != o {
+					return 0, rel, fmt.Errorf("mark %q from the checkpoint lists %q, not a relation oid; reset the connector rather than guess", m, o)
+				}
+			}
+			rel = relationOf(name)
+		}
+	default:
+		var ok bool
+		if xs, ok = strings.CutPrefix(m, markPrefixV1); !ok {
+			return 0, rel, fmt.Errorf("mark %q from the checkpoint is not a PostgreSQL-source mark; it was written by another source or corrupted: reset the connector rather than guess", m)
+		}
 	}
 	x, err := strconv.ParseInt(xs, 10, 64)
 	if err != nil || x < 0 || strconv.FormatInt(x, 10) != xs {
-		return 0, "", fmt.Errorf("mark %q from the checkpoint is not a transaction id; reset the connector rather than guess", m)
+		return 0, rel, fmt.Errorf("mark %q from the checkpoint is not a transaction id; reset the connector rather than guess", m)
 	}
 	return x, rel, nil
 }
@@ -105,19 +146,80 @@ func parseMark(m string) (int64, string, error) {
 // provable reports whether an earlier pass's mark k, of relation krel,
 // proves anything about the versions a pass with mark m reads from
 // relation rel: not above m (else another database), less than maxMarkAge
-// older, of the same relation.
-func provable(m int64, rel string, k int64, krel string) bool {
-	return k <= m && m-k < maxMarkAge && sameRelation(rel, krel)
+// older, of a relation it covers.
+func (s *Source) provable(ctx context.Context, m int64, rel relation, k int64, krel relation) bool {
+	return k <= m && m-k < maxMarkAge && s.covers(ctx, rel, k, krel)
 }
 
-// sameRelation reports whether a mark of relation b may be compared with
-// versions of relation a (the current pass's): "" names none.
-func sameRelation(a, b string) bool { return a == "" || b == "" || a == b }
+// covers reports whether mark k of relation old proves what was seen of
+// relation cur (the current pass's): the same relation, or one names none;
+// or, both listing their oids, the same table (first oid) whose partitions
+// since added hold no version below k. Partitions dropped since take
+// their rows with them, and a partition created after the mark holds only
+// versions of transactions that began after it, so none below k; a table
+// with such rows attached as a partition was never seen, and neither was
+// anything of another table. The answer for an added partition is a scan
+// of it (for a version below k), kept for the pair of relations and k.
+func (s *Source) covers(ctx context.Context, cur relation, k int64, old relation) bool {
+	if cur.digest == "" || old.digest == "" || cur.digest == old.digest {
+		return true
+	}
+	if cur.oids == nil || old.oids == nil || cur.oids[0] != old.oids[0] {
+		return false
+	}
+	had := make(map[string]bool, len(old.oids))
+	for _, o := range old.oids {
+		had[o] = true
+	}
+	var added []string
+	for _, o := range cur.oids {
+		if !had[o] {
+			had[o] = true
+			added = append(added, o)
+		}
+	}
+	if len(added) == 0 || s.pool == nil {
+		return len(added) == 0
+	}
+	key := old.digest + "|" + strconv.FormatInt(k, 10) + "|" + cur.digest
+	s.coverMu.Lock()
+	ok, known := s.covered[key]
+	s.coverMu.Unlock()
+	if known {
+		return ok
+	}
+	ok = true
+	for _, o := range added {
+		var name string
+		if err := s.pool.QueryRow(ctx, "SELECT $1::oid::regclass::text", o).Scan(&name); err != nil {
+			ok = false
+			break
+		}
+		var old bool
+		if err := s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM ONLY "+name+" WHERE NOT "+freshOf("$1::bigint")+")", k&0xffffffff).Scan(&old); err != nil || old {
+			ok = false
+			break
+		}
+	}
+	if ctx.Err() != nil {
+		return false // not known: asked again
+	}
+	s.coverMu.Lock()
+	if len(s.covered) >= 64 {
+		clear(s.covered)
+	}
+	if s.covered == nil {
+		s.covered = map[string]bool{}
+	}
+	s.covered[key] = ok
+	s.coverMu.Unlock()
+	return ok
+}
 
 // marks returns the page query's skip parameter (nil = no skip) and the
 // mark modulo 2^32 that flags a version Settled (nil = no Settled flags)
 // for req: req.Settle when set, else the current pass's mark.
-func (s *Source) marks(sh *shape, req connector.PageRequest) (skip any, mark *int64, err error) {
+func (s *Source) marks(ctx context.Context, sh *shape, req connector.PageRequest) (skip any, mark *int64, err error) {
 	if !sh.q.marks || req.Mark == "" {
 		return nil, nil, nil
 	}
@@ -127,7 +229,7 @@ func (s *Source) marks(sh *shape, req connector.PageRequest) (skip any, mark *in
 	}
 	settle, settles := m, true
 	if req.Settle != "" {
-		var srel string
+		var srel relation
 		if settle, srel, err = parseMark(req.Settle); err != nil {
 			return nil, nil, err
 		}
@@ -135,7 +237,7 @@ func (s *Source) marks(sh *shape, req connector.PageRequest) (skip any, mark *in
 		// (see below), one too old cannot be compared (see maxMarkAge),
 		// and one of another relation proves nothing here: the next
 		// full pass will skip nothing, so nothing read now is settled.
-		settles = provable(m, rel, settle, srel)
+		settles = s.provable(ctx, m, rel, settle, srel)
 	}
 	s32 := &settle
 	*s32 &= 0xffffffff
@@ -149,7 +251,7 @@ func (s *Source) marks(sh *shape, req connector.PageRequest) (skip any, mark *in
 	if err != nil {
 		return nil, nil, err
 	}
-	if !sameRelation(rel, krel) {
+	if !s.covers(ctx, rel, k, krel) {
 		// The table was replaced since that pass: what it saw was
 		// another relation's.
 		s.warnOnce(fmt.Sprintf("the table under %s is not the one the last pass read (replaced or restored since): re-reading the window without skipping", sh.tbl.ident))
@@ -185,7 +287,7 @@ func (s *Source) marks(sh *shape, req connector.PageRequest) (skip any, mark *in
 // before it, whose proof that a key's version was published does not make
 // the topic current when the head pass in between read another relation
 // and published its content.)
-func (s *Source) steps(sh *shape, req connector.PageRequest) (lows, marks any, err error) {
+func (s *Source) steps(ctx context.Context, sh *shape, req connector.PageRequest) (lows, marks any, err error) {
 	if !sh.q.marks || req.Mark == "" || len(req.Steps) == 0 {
 		return nil, nil, nil
 	}
@@ -200,7 +302,7 @@ func (s *Source) steps(sh *shape, req connector.PageRequest) (lows, marks any, e
 		if err != nil {
 			return nil, nil, err
 		}
-		if st.Since.IsZero() || !provable(m, rel, k, krel) {
+		if st.Since.IsZero() || !s.provable(ctx, m, rel, k, krel) {
 			ls, ms = ls[:0], ms[:0]
 			continue
 		}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -44,6 +45,9 @@ type Source struct {
 	// right size instead of growing by doubling.
 	rowBytes, idBytes atomic.Int64
 	warned            atomic.Bool
+	// covered keeps covers' answers for relations that differ.
+	coverMu sync.Mutex
+	covered map[string]bool
 }
 
 // queries are the three page statements, built once from quoted
@@ -410,11 +414,11 @@ func (s *Source) page(ctx context.Context, q querier, req connector.PageRequest)
 		return connector.Page{}, fmt.Errorf("page limit %d: must be positive", req.Limit)
 	}
 	sh := s.shape()
-	skip, mark, err := s.marks(sh, req)
+	skip, mark, err := s.marks(ctx, sh, req)
 	if err != nil {
 		return connector.Page{}, err
 	}
-	lows, marks, err := s.steps(sh, req)
+	lows, marks, err := s.steps(ctx, sh, req)
 	if err != nil {
 		return connector.Page{}, err
 	}
