@@ -84,6 +84,18 @@ type bucketed struct {
 
 type passCounts struct{ records, tombstones, duplicate, backwards, unchecked int64 }
 
+// sumPasses adds phase 1's per-bucket target counts to the stats.
+func (c *bucketed) sumPasses() {
+	for b := range Buckets {
+		c.stats.Records += c.records[b]
+		c.stats.Tombstones += c.tombstones[b]
+		c.stats.Duplicates += c.duplicate[b]
+		c.stats.Backwards += c.backwards[b]
+		c.stats.Unchecked += c.unchecked[b]
+	}
+	c.stats.BackwardsSample = c.backSample()
+}
+
 // group is a set of parts folded together in phase 1, and how many live
 // keys it holds per bucket.
 type group struct {
@@ -92,13 +104,30 @@ type group struct {
 }
 
 func (c *bucketed) run(ctx context.Context, parts []Part) (CompareStats, error) {
-	// The target is fixed (pinned) before the source view is taken.
-	view, err := c.src.LiveView(ctx)
-	if err != nil {
-		return CompareStats{}, staged("source", fmt.Errorf("open the source view: %w", err))
+	// The target is fixed (pinned) before the source view is taken, and
+	// the view is taken once phase 1 has read the target: a snapshot held
+	// open, idle, through a long topic read would hold back vacuum, and a
+	// server's idle_in_transaction_session_timeout would end it.
+	var view LiveView
+	defer func() {
+		if view != nil {
+			view.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	openView := func() error {
+		st := TopicStats{Records: c.stats.Records, Tombstones: c.stats.Tombstones, Duplicates: c.stats.Duplicates, Backwards: c.stats.Backwards,
+			Unchecked: c.stats.Unchecked, BackwardsSample: c.stats.BackwardsSample, Misplaced: misplaced(c.pin), End: c.pin.End()}
+		if err := c.f.TargetRead(st); err != nil {
+			return err
+		}
+		v, err := c.src.LiveView(ctx)
+		if err != nil {
+			return staged("source", fmt.Errorf("open the source view: %w", err))
+		}
+		view, c.stats.View = v, v.Start()
+		return nil
 	}
-	defer view.Close(context.WithoutCancel(ctx))
-	c.stats.View, c.stats.End = view.Start(), c.pin.End()
+	c.stats.End = c.pin.End()
 	c.bs.Buckets = Buckets
 
 	// Phase 1, target: a digest per bucket. A key lives in one partition,
@@ -129,6 +158,10 @@ func (c *bucketed) run(ctx context.Context, parts []Part) (CompareStats, error) 
 			}
 			if c.limit > 0 && len(c.groups) == 1 && lo == 0 && hi == Buckets {
 				// Everything fit at once after all: compare directly.
+				c.sumPasses()
+				if err := openView(); err != nil {
+					return c.stats, err
+				}
 				return c.direct(ctx, view)
 			}
 			_ = c.tf.Live.Each(func(key string, d uint64) error {
@@ -146,17 +179,15 @@ func (c *bucketed) run(ctx context.Context, parts []Part) (CompareStats, error) 
 	}
 	for b := range Buckets {
 		c.stats.TargetKeys += c.target[b].N
-		c.stats.Records += c.records[b]
-		c.stats.Tombstones += c.tombstones[b]
-		c.stats.Duplicates += c.duplicate[b]
-		c.stats.Backwards += c.backwards[b]
-		c.stats.Unchecked += c.unchecked[b]
 	}
-	c.stats.BackwardsSample = c.backSample()
+	c.sumPasses()
+	if err := openView(); err != nil {
+		return c.stats, err
+	}
 
 	// Phase 1, source: one scan.
 	n := 0
-	err = view.ScanLive(ctx, func(r *Row) error {
+	err := view.ScanLive(ctx, func(r *Row) error {
 		c.stats.SourceRows++
 		b, h := bucketOf(r.ID)
 		c.source[b].add(h, Digest(r))
@@ -292,14 +323,6 @@ func (c *bucketed) backSample() []string {
 // of the source: the in-memory comparison, inside the fixed views.
 func (c *bucketed) direct(ctx context.Context, view LiveView) (CompareStats, error) {
 	c.stats.TargetKeys = int64(c.tf.Live.Len())
-	for b := range Buckets {
-		c.stats.Records += c.records[b]
-		c.stats.Tombstones += c.tombstones[b]
-		c.stats.Duplicates += c.duplicate[b]
-		c.stats.Backwards += c.backwards[b]
-		c.stats.Unchecked += c.unchecked[b]
-	}
-	c.stats.BackwardsSample = c.backSample()
 	err := view.ScanLive(ctx, func(r *Row) error {
 		c.stats.SourceRows++
 		return compareRow(c.tf.Live, r, &c.f)

@@ -78,6 +78,11 @@ type CompareFuncs struct {
 	// where keys went back in time (TopicFold.Recheck). The sweep, which
 	// repairs state and reports no duplicates, leaves it unset.
 	Repeats bool
+	// TargetRead, when set, is called once the whole target has been read
+	// and before the source is scanned or any other func is called, with
+	// what the read found; an error ends the comparison there. The sweep
+	// stops on records outside their key's partition.
+	TargetRead func(TopicStats) error
 }
 
 func (f *CompareFuncs) defaults() {
@@ -93,6 +98,18 @@ func (f *CompareFuncs) defaults() {
 	if f.Progress == nil {
 		f.Progress = func() error { return nil }
 	}
+	if f.TargetRead == nil {
+		f.TargetRead = func(TopicStats) error { return nil }
+	}
+}
+
+// misplaced is a pinned target's count of records outside their key's
+// partition, when it counts them.
+func misplaced(pin PinnedTopic) int64 {
+	if m, ok := pin.(interface{ Misplaced() int64 }); ok {
+		return m.Misplaced()
+	}
+	return 0
 }
 
 // CompareStats describes a comparison.
@@ -183,9 +200,7 @@ func Compare(ctx context.Context, src LiveScanner, target TopicView, maxKeys int
 		c.tf.Repeats = f.Repeats
 		cs, err = c.run(ctx, parts)
 	}
-	if m, ok := pin.(interface{ Misplaced() int64 }); ok {
-		cs.Misplaced = m.Misplaced()
-	}
+	cs.Misplaced = misplaced(pin)
 	return cs, err
 }
 
@@ -212,6 +227,7 @@ func comparePinned(ctx context.Context, src LiveScanner, pin PinnedTopic, parts 
 	}
 	tf.Stats.End = pin.End()
 	tf.Stats.BackwardsSample = tf.BackwardsSample()
+	tf.Stats.Misplaced = misplaced(pin)
 	return compareWith(ctx, src, tf.Live, tf.Stats, f)
 }
 
@@ -229,6 +245,9 @@ func compareInMemory(ctx context.Context, src LiveScanner, target TopicView, f C
 func compareWith(ctx context.Context, src LiveScanner, live *KeySet, st TopicStats, f CompareFuncs) (CompareStats, error) {
 	cs := CompareStats{TargetKeys: int64(live.Len()), Records: st.Records, Tombstones: st.Tombstones, Duplicates: st.Duplicates,
 		Backwards: st.Backwards, Unchecked: st.Unchecked, BackwardsSample: st.BackwardsSample, Misplaced: st.Misplaced, End: st.End}
+	if err := f.TargetRead(st); err != nil {
+		return cs, err
+	}
 	view, err := src.ScanLive(ctx, func(r *Row) error {
 		cs.SourceRows++
 		return compareRow(live, r, &f)

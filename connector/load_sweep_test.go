@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/fold"
 	"github.com/tidemark/tidemark/schemas"
@@ -112,5 +114,48 @@ func TestSweepIsRefusedBeforeTheInitialLoad(t *testing.T) {
 	st := r.assertFolded(m.expected())
 	if d := dupes(st); len(d) > 0 {
 		t.Errorf("%d row versions published twice, e.g. %v", len(d), d[:min(3, len(d))])
+	}
+}
+
+// A sweep of a topic holding records outside their key's partition (its
+// partition count was changed) stops before it publishes anything: it
+// would republish (or tombstone again) such keys into their new partition
+// on every sweep and leave the old records live, as verify's PARTITIONS
+// CHANGED verdict says.
+func TestSweepStopsOnMisplacedRecords(t *testing.T) {
+	r := newRig(t)
+	m := newMemKeyTable()
+	seedRandom(m, rand.New(rand.NewPCG(15, 16)), 50)
+	src := sweepKeyTable{m}
+	cfg := connector.Config{PageSize: 10, TxnMaxRecords: 20, Margin: time.Second}
+	r.once(src, cfg)
+	cl, err := kgo.NewClient(append(r.opts, kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	// One key's record in every partition: all but one are misplaced.
+	var key string
+	for id := range m.expected() {
+		key = id
+		break
+	}
+	for p := range int32(3) {
+		if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: r.topic, Partition: p, Key: []byte(key), Value: []byte(`{"stale":true}`)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, err := r.store().Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _ := r.engine(src, cfg)
+	res, err := e.SweepOnce(context.Background(), fold.Topic{Opts: r.opts, Topic: r.topic})
+	var stop *connector.StopError
+	if !errors.As(err, &stop) || !strings.Contains(err.Error(), "partition") {
+		t.Fatalf("sweep of a topic with misplaced records: %v (%s); want a safety stop naming the partitions", err, res)
+	}
+	if after, err := r.store().Load(context.Background()); err != nil || after.Seq != before.Seq {
+		t.Fatalf("the stopped sweep committed: seq %d -> %+v, %v", before.Seq, after, err)
 	}
 }

@@ -311,6 +311,18 @@ func (e *Engine) Sweep(ctx context.Context, topic TopicView) (SweepResult, error
 			return publish(&Row{ID: key, UpdatedAt: view.UTC().Truncate(time.Microsecond), Deleted: true})
 		},
 		Progress: commitIfFull,
+		TargetRead: func(st TopicStats) error {
+			if st.Misplaced == 0 {
+				return nil
+			}
+			// A key live in two partitions: its old record stays live, and
+			// every sweep would publish it again into its new partition.
+			return &StopError{
+				Reason: fmt.Sprintf("the topic holds %d records in a partition their key does not hash to (was its partition count changed?): a key can be live in two partitions, "+
+					"and a sweep would publish such keys again on every run while their old records stay", st.Misplaced),
+				Hint: "nothing was written by this sweep; re-create the topic with its partition count and run `tidemark reset` to republish into it (`tidemark verify` reports PARTITIONS CHANGED)",
+			}
+		},
 	})
 	res.View, res.SourceRows, res.TopicKeys, res.Buckets = cs.View, cs.SourceRows, cs.TargetKeys, cs.Bucketed
 	if err != nil {
