@@ -492,6 +492,36 @@ func TestMarkOfAPartitionedTable(t *testing.T) {
 	}
 }
 
+// TestSnapshotOutlastsIdleInTransactionTimeout: a view (a sweep's or
+// verify's source snapshot, a load's sessions) waits idle in its
+// transaction while the topic is read; a server's or role's
+// idle_in_transaction_session_timeout (common on managed PostgreSQL) must
+// not end it, or every retry would fail the same way.
+func TestSnapshotOutlastsIdleInTransactionTimeout(t *testing.T) {
+	db := harness.NewDB(t)
+	ctx := context.Background()
+	db.Exec(t, "CREATE TABLE t (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)")
+	db.Exec(t, "INSERT INTO t VALUES (1, $1), (2, $1)", t0)
+	cfg := config(db, "t")
+	cfg.DSN += "&idle_in_transaction_session_timeout=300"
+	src := open(t, cfg)
+	for _, n := range []int{1, 2} {
+		sn, err := src.SnapshotSessions(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		rows := 0
+		err = sn.(interface {
+			ScanLive(context.Context, func(*connector.Row) error) error
+		}).ScanLive(ctx, func(*connector.Row) error { rows++; return nil })
+		_ = sn.Close(ctx)
+		if err != nil || rows != 2 {
+			t.Errorf("%d session(s): a scan after 1 s idle under a 300 ms idle_in_transaction_session_timeout: %d rows, %v", n, rows, err)
+		}
+	}
+}
+
 // TestSnapshotKeepsTheShapeChange: a view opened after a column change
 // (a sweep's, a resumed load's) reads the new shape, and the change is
 // still reported to the next pass (logged, counted, a republish sweep

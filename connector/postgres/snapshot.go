@@ -104,6 +104,15 @@ func (s *Source) SnapshotSessions(ctx context.Context, n int) (connector.Snapsho
 			return fail(fmt.Errorf("snapshot: import the snapshot %s into session %d of %d: %w", exported, len(sn.sessions), n, err))
 		}
 	}
+	// A view waits idle in its transaction while the topic is read (a
+	// sweep's, verify's); a server's or role's
+	// idle_in_transaction_session_timeout must not end it, or every retry
+	// fails the same way. Set after the snapshot is taken or imported.
+	for i, ss := range sn.sessions {
+		if _, err := ss.tx.Exec(ctx, "SET LOCAL idle_in_transaction_session_timeout = 0"); err != nil {
+			return fail(fmt.Errorf("snapshot: session %d of %d: %w", i+1, n, err))
+		}
+	}
 	for _, ss := range sn.sessions {
 		sn.free <- ss
 	}
