@@ -236,6 +236,9 @@ type Engine struct {
 	// headEnded is set by the end of a head pass for the commit that
 	// follows (CommitInfo.HeadPass).
 	headEnded bool
+	// sweeping is set while a sweep runs: its commits end no pass, and
+	// the updated_at of its records says nothing of how fresh they are.
+	sweeping bool
 	// rereadBelow is the watermark the open pass started from (µs): rows
 	// at or below it are re-reads. passW marks it valid.
 	rereadBelow int64

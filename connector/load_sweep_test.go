@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -157,5 +158,64 @@ func TestSweepStopsOnMisplacedRecords(t *testing.T) {
 	}
 	if after, err := r.store().Load(context.Background()); err != nil || after.Seq != before.Seq {
 		t.Fatalf("the stopped sweep committed: seq %d -> %+v, %v", before.Seq, after, err)
+	}
+}
+
+// commitLog keeps every CommitInfo.
+type commitLog struct {
+	mu      sync.Mutex
+	commits []connector.CommitInfo
+}
+
+func (o *commitLog) ObservePage(time.Duration, int)     {}
+func (o *commitLog) ObserveAbort()                      {}
+func (o *commitLog) ObserveRetry(string)                {}
+func (o *commitLog) ObserveStop(string)                 {}
+func (o *commitLog) ObserveSweep(connector.SweepResult) {}
+func (o *commitLog) ObserveCommit(c connector.CommitInfo) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.commits = append(o.commits, c)
+}
+
+// A sweep's commits end no pass and carry no source-to-topic age: they
+// counted as a finished pass each, and the tombstones' and repairs'
+// updated_at (the view's time, a row's old one) went into the latency
+// histogram as if the rows had just changed.
+func TestSweepCommitsAreNotPasses(t *testing.T) {
+	r := newRig(t)
+	m := newMemKeyTable()
+	seedRandom(m, rand.New(rand.NewPCG(17, 18)), 30)
+	src := sweepKeyTable{m}
+	cfg := connector.Config{PageSize: 10, TxnMaxRecords: 5, Margin: time.Second}
+	r.once(src, cfg)
+	n := 0
+	for id := range m.expected() {
+		if n++; n > 12 {
+			break
+		}
+		m.del(id) // a hard delete: the sweep tombstones it
+	}
+	log := &commitLog{}
+	cfg.Observer = log
+	e, _ := r.engine(src, cfg)
+	res, err := e.SweepOnce(context.Background(), fold.Topic{Opts: r.opts, Topic: r.topic})
+	if err != nil || res.Tombstoned != 12 {
+		t.Fatalf("sweep: %v (%s)", err, res)
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	sweeps := 0
+	for _, c := range log.commits {
+		if c.Tombstones == 0 {
+			continue // the run's own
+		}
+		sweeps++
+		if c.PassEnded || !c.NewestUpdatedAt.IsZero() {
+			t.Errorf("sweep commit seq %d: pass ended %v, newest updated_at %v; want neither", c.Seq, c.PassEnded, c.NewestUpdatedAt)
+		}
+	}
+	if sweeps < 2 {
+		t.Errorf("%d sweep commits with tombstones, want several (5 records per transaction)", sweeps)
 	}
 }

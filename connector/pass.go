@@ -788,8 +788,11 @@ func (e *Engine) observeCommit(took time.Duration) {
 	if e.cp.Watermark != "" {
 		info.Watermark, _ = schemas.ParseTime(e.cp.Watermark)
 	}
-	if e.txKeys > 0 {
+	if e.txKeys > 0 && !e.sweeping {
 		info.NewestUpdatedAt, info.OldestUpdatedAt = time.UnixMicro(e.txNewest).UTC(), time.UnixMicro(e.txOldest).UTC()
+	}
+	if e.sweeping {
+		info.PassEnded, info.HeadPass = false, false
 	}
 	e.cfg.Observer.ObserveCommit(info)
 }

@@ -225,6 +225,8 @@ func (e *Engine) Sweep(ctx context.Context, topic TopicView) (SweepResult, error
 	if !ok {
 		return SweepResult{}, fmt.Errorf("the source %T cannot list its live rows, so it cannot be swept: %w", e.src, ErrPermanent)
 	}
+	e.sweeping = true
+	defer func() { e.sweeping = false }()
 	if e.cp == nil {
 		if err := e.load(ctx, true); err != nil {
 			return SweepResult{}, err
