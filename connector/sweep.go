@@ -250,7 +250,14 @@ func (e *Engine) Sweep(ctx context.Context, topic TopicView) (SweepResult, error
 	start := time.Now()
 	resumed := e.cp.Sweep != nil
 	if e.cp.Sweep == nil {
+		// Committed before anything is read: a sweep stopped before its
+		// first repair (a `tidemark sweep` fenced by the process running
+		// the connector, say) is then finished by that process's next
+		// pass, not forgotten.
 		e.cp.Sweep = &schemas.SweepProgress{StartedAt: schemas.FormatTime(e.cfg.Now())}
+		if err := e.commit(ctx); err != nil {
+			return SweepResult{}, err
+		}
 	}
 	// A sweep resumed after a failure or a crash counts on from what its
 	// committed part repaired and tombstoned: those keys now match, so the

@@ -275,8 +275,9 @@ func (w *vfWorld) subprocess(env []string, args ...string) (code int, stdout, st
 // unfinished; the next `run --once` (or `sweep`) finishes it, and the final
 // state is exact: the deleted ids tombstoned, nothing else, verify exit 0.
 //
-// The hits of during-commit are: 1 the run-start ledger entry, 2 the first
-// sweep transaction, 3 the second: the crash is on hit 3.
+// The hits of during-commit are: 1 the run-start ledger entry, 2 the
+// commit that marks the sweep in progress, 3 the first sweep transaction,
+// 4 the second: the crash is on hit 4.
 func TestCLISweepCrashResumes(t *testing.T) {
 	for _, rerun := range []string{"run --once", "sweep"} {
 		t.Run(strings.ReplaceAll(rerun, " --", "_"), func(t *testing.T) {
@@ -288,7 +289,7 @@ func TestCLISweepCrashResumes(t *testing.T) {
 			if code != exitMismatch {
 				t.Fatalf("verify before the sweep: exit %d, want %d", code, exitMismatch)
 			}
-			code, out, errOut := w.subprocess([]string{"TIDEMARK_FAILPOINTS=" + failpoint.DuringCommit + "=3"}, "sweep")
+			code, out, errOut := w.subprocess([]string{"TIDEMARK_FAILPOINTS=" + failpoint.DuringCommit + "=4"}, "sweep")
 			if code != failpoint.ExitCode {
 				t.Fatalf("sweep with a failpoint: exit %d, want the crash (%d)\n%s\n%s", code, failpoint.ExitCode, out, errOut)
 			}
