@@ -116,7 +116,7 @@ func (c *bucketed) run(ctx context.Context, parts []Part) (CompareStats, error) 
 	}()
 	openView := func() error {
 		st := TopicStats{Records: c.stats.Records, Tombstones: c.stats.Tombstones, Duplicates: c.stats.Duplicates, Backwards: c.stats.Backwards,
-			Unchecked: c.stats.Unchecked, BackwardsSample: c.stats.BackwardsSample, Misplaced: misplaced(c.pin), End: c.pin.End()}
+			Unchecked: c.stats.Unchecked, BackwardsSample: c.stats.BackwardsSample, Misplaced: misplaced(c.pin), CutShort: cutShort(c.pin), End: c.pin.End()}
 		if err := c.f.TargetRead(st); err != nil {
 			return err
 		}

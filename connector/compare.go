@@ -103,6 +103,15 @@ func (f *CompareFuncs) defaults() {
 	}
 }
 
+// cutShort is how many of a pinned target's partitions' views stop before
+// an open transaction, when it tells.
+func cutShort(pin PinnedTopic) int {
+	if c, ok := pin.(interface{ CutShort() int }); ok {
+		return c.CutShort()
+	}
+	return 0
+}
+
 // misplaced is a pinned target's count of records outside their key's
 // partition, when it counts them.
 func misplaced(pin PinnedTopic) int64 {
@@ -227,7 +236,7 @@ func comparePinned(ctx context.Context, src LiveScanner, pin PinnedTopic, parts 
 	}
 	tf.Stats.End = pin.End()
 	tf.Stats.BackwardsSample = tf.BackwardsSample()
-	tf.Stats.Misplaced = misplaced(pin)
+	tf.Stats.Misplaced, tf.Stats.CutShort = misplaced(pin), cutShort(pin)
 	return compareWith(ctx, src, tf.Live, tf.Stats, f)
 }
 

@@ -252,3 +252,42 @@ func TestSweepInProgressIsCommittedFirst(t *testing.T) {
 		t.Fatalf("the next run did not finish the sweep: %+v, %v (%+v)", cp, err, c)
 	}
 }
+
+// A sweep whose topic view stops before a transaction that stayed open (a
+// foreign producer's, a hanging one) would compare the source with an
+// incomplete topic: keys whose last record is past it look older or absent,
+// and it would publish them again. It does not complete while the view is
+// cut short; once the transaction ends, it does, finding nothing to repair.
+func TestSweepWaitsForACompleteView(t *testing.T) {
+	r := newRig(t)
+	m := newMemKeyTable()
+	seedRandom(m, rand.New(rand.NewPCG(21, 22)), 20)
+	cfg := connector.Config{PageSize: 10, TxnMaxRecords: 5, Margin: time.Second}
+	r.once(sweepKeyTable{m}, cfg)
+	foreign, err := kgo.NewClient(append(r.opts, kgo.TransactionalID("foreign"), kgo.DefaultProduceTopic(r.topic))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer foreign.Close()
+	if err := foreign.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := foreign.ProduceSync(context.Background(), &kgo.Record{Key: []byte("zzz"), Value: []byte(`{}`)}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	view := fold.Topic{Opts: r.opts, Topic: r.topic, Wait: fold.ViewWait{Timeout: 200 * time.Millisecond}}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	e, _ := r.engine(sweepKeyTable{m}, cfg)
+	if res, err := e.SweepOnce(ctx, view); err == nil {
+		t.Fatalf("the sweep completed on a view cut short by an open transaction: %s", res)
+	}
+	if err := foreign.EndTransaction(context.Background(), kgo.TryAbort); err != nil {
+		t.Fatal(err)
+	}
+	e, _ = r.engine(sweepKeyTable{m}, cfg)
+	res, err := e.SweepOnce(context.Background(), view)
+	if err != nil || res.Repaired+res.Tombstoned != 0 {
+		t.Fatalf("the sweep after the transaction ended: %v (%s)", err, res)
+	}
+}

@@ -54,6 +54,7 @@ func (t Topic) Live(ctx context.Context) (*connector.KeySet, connector.TopicStat
 	})
 	f.Stats.End = pin.End()
 	f.Stats.Misplaced = pin.Misplaced()
+	f.Stats.CutShort = pin.CutShort()
 	return f.Live, f.Stats, err
 }
 
@@ -103,6 +104,10 @@ var home = kgo.StickyKeyPartitioner(nil).ForTopic("")
 // their key does not hash to with the topic's current partition count: the
 // count changed since they were written, or another producer wrote them.
 // A key can then be live in two partitions.
+// CutShort is how many partitions' views stop before a transaction that
+// stayed open through the wait (see Open).
+func (p *Pinned) CutShort() int { return len(p.open) }
+
 func (p *Pinned) Misplaced() int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
