@@ -136,6 +136,9 @@ type CompareStats struct {
 	// Misplaced are target records outside their key's partition (see
 	// TopicStats).
 	Misplaced int64
+	// CutShort is how many partitions' views of the target stop before a
+	// transaction that stayed open (see TopicStats).
+	CutShort int
 	End       map[int32]int64
 	// Bucketed is set when the comparison went by buckets.
 	Bucketed *BucketStats
@@ -209,7 +212,7 @@ func Compare(ctx context.Context, src LiveScanner, target TopicView, maxKeys int
 		c.tf.Repeats = f.Repeats
 		cs, err = c.run(ctx, parts)
 	}
-	cs.Misplaced = misplaced(pin)
+	cs.Misplaced, cs.CutShort = misplaced(pin), cutShort(pin)
 	return cs, err
 }
 
@@ -253,7 +256,7 @@ func compareInMemory(ctx context.Context, src LiveScanner, target TopicView, f C
 // compareWith streams the source past the target's live keys.
 func compareWith(ctx context.Context, src LiveScanner, live *KeySet, st TopicStats, f CompareFuncs) (CompareStats, error) {
 	cs := CompareStats{TargetKeys: int64(live.Len()), Records: st.Records, Tombstones: st.Tombstones, Duplicates: st.Duplicates,
-		Backwards: st.Backwards, Unchecked: st.Unchecked, BackwardsSample: st.BackwardsSample, Misplaced: st.Misplaced, End: st.End}
+		Backwards: st.Backwards, Unchecked: st.Unchecked, BackwardsSample: st.BackwardsSample, Misplaced: st.Misplaced, CutShort: st.CutShort, End: st.End}
 	if err := f.TargetRead(st); err != nil {
 		return cs, err
 	}

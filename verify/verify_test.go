@@ -133,3 +133,33 @@ func TestVerifyTouchedRowIsNotADuplicate(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyViewCutShortIsNotAMatch: a topic view that stops before a
+// transaction still open (another producer's, a hanging one) hides every
+// record after it; verify must not call what it did not read a match (a
+// duplicate publication there would go unseen).
+func TestVerifyViewCutShortIsNotAMatch(t *testing.T) {
+	k := home("k")
+	tp := topic(t, &kgo.Record{Key: []byte("k"), Value: []byte(`{"v":1}`), Partition: k, Headers: at("2026-01-01T00:00:01.000000Z")})
+	open, err := kgo.NewClient(append(tp.Opts, kgo.TransactionalID("open"), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	if err := open.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := open.ProduceSync(context.Background(), &kgo.Record{Topic: tp.Topic, Key: []byte("k"), Value: []byte(`{"v":1}`), Partition: k, Headers: at("2026-01-01T00:00:01.000000Z")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	tp.Wait = fold.ViewWait{Timeout: 200 * time.Millisecond}
+	for _, budget := range []int{0, -1} {
+		rep, err := verify.Options{MaxKeysInMemory: budget}.Compare(context.Background(), rows{"k": `{"v":1}`}, tp, "t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.OK() || rep.CutShort != 1 || !strings.Contains(rep.Text(), "open") {
+			t.Errorf("budget %d: a view cut short by an open transaction: OK %v, cut short %d\n%s", budget, rep.OK(), rep.CutShort, rep.Text())
+		}
+	}
+}
