@@ -139,7 +139,7 @@ type CompareStats struct {
 	// CutShort is how many partitions' views of the target stop before a
 	// transaction that stayed open (see TopicStats).
 	CutShort int
-	End       map[int32]int64
+	End      map[int32]int64
 	// Bucketed is set when the comparison went by buckets.
 	Bucketed *BucketStats
 }
