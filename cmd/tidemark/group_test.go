@@ -98,25 +98,39 @@ func TestSignalWhileWaitingAtStartUp(t *testing.T) {
 	}
 }
 
-// TestPoolsConnectIndependently: the tasks of a member share one pool per
-// DSN; a database that does not answer (a connect that hangs) must not
-// hold up the tasks of the others.
-func TestPoolsConnectIndependently(t *testing.T) {
-	db := harness.NewDB(t)
+// silentListener is a loopback server that accepts connections and never
+// answers (a database that hangs).
+func silentListener(t *testing.T) net.Listener {
+	t.Helper()
 	silent, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer silent.Close()
-	go func() { // accepts, never answers
+	t.Cleanup(func() { silent.Close() })
+	go func() {
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
 		for {
 			c, err := silent.Accept()
 			if err != nil {
 				return
 			}
-			defer c.Close()
+			conns = append(conns, c)
 		}
 	}()
+	return silent
+}
+
+// TestPoolsConnectIndependently: the tasks of a member share one pool per
+// DSN; a database that does not answer (a connect that hangs) must not
+// hold up the tasks of the others.
+func TestPoolsConnectIndependently(t *testing.T) {
+	db := harness.NewDB(t)
+	silent := silentListener(t)
 	env := &taskEnv{pools: map[string]*pgxpool.Pool{}, need: map[string]int{}}
 	defer env.close()
 	hung, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -139,20 +153,7 @@ func TestPoolsConnectIndependently(t *testing.T) {
 // context ends, so a revoke of it is not held up for the connect's
 // timeout (and the member evicted past rebalance_timeout).
 func TestPoolWaitEndsWithItsContext(t *testing.T) {
-	silent, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer silent.Close()
-	go func() { // accepts, never answers
-		for {
-			c, err := silent.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-		}
-	}()
+	silent := silentListener(t)
 	env := &taskEnv{pools: map[string]*pgxpool.Pool{}, need: map[string]int{}}
 	defer env.close()
 	pc := postgres.Config{DSN: "postgres://u@" + silent.Addr().String() + "/db?sslmode=disable"}

@@ -396,6 +396,26 @@ func TestTypeChangeDuringAPass(t *testing.T) {
 	}
 }
 
+// markOf is src's mark now.
+func markOf(t *testing.T, src *postgres.Source) string {
+	t.Helper()
+	m, err := src.Mark(context.Background())
+	if err != nil || m == "" {
+		t.Fatalf("Mark: %q, %v", m, err)
+	}
+	return m
+}
+
+// skipPage is the ids of a page from t0 - 1 minute, skipping by skip.
+func skipPage(t *testing.T, src *postgres.Source, skip string) string {
+	t.Helper()
+	p, err := src.Page(context.Background(), connector.PageRequest{Since: t0.Add(-time.Minute), Limit: 10, Skip: skip, Mark: markOf(t, src)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids(p.Rows)
+}
+
 // TestMarkOfAReplacedTable: a mark proves what a pass saw of one relation.
 // When the table is replaced under its name (a shadow table swapped in,
 // a dump restored), rows the new table got from transactions below an
@@ -409,20 +429,8 @@ func TestMarkOfAReplacedTable(t *testing.T) {
 	db.Exec(t, "CREATE TABLE t_new (LIKE t INCLUDING ALL)")
 	db.Exec(t, "INSERT INTO t_new VALUES (1, $1), (2, $1)", t0)
 	src := open(t, config(db, "t"))
-	mark := func(src *postgres.Source) string {
-		m, err := src.Mark(ctx)
-		if err != nil || m == "" {
-			t.Fatalf("Mark: %q, %v", m, err)
-		}
-		return m
-	}
-	page := func(src *postgres.Source, skip string) string {
-		p, err := src.Page(ctx, connector.PageRequest{Since: t0.Add(-time.Minute), Limit: 10, Skip: skip, Mark: mark(src)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ids(p.Rows)
-	}
+	mark := func(src *postgres.Source) string { return markOf(t, src) }
+	page := func(src *postgres.Source, skip string) string { return skipPage(t, src, skip) }
 	m1 := mark(src)
 	if got := page(src, m1); got != "" {
 		t.Fatalf("the control: a pass skipping by a mark taken after every write returns %q", got)
@@ -449,7 +457,6 @@ func TestMarkOfAReplacedTable(t *testing.T) {
 // then nothing is skipped, as for a replaced table.
 func TestMarkOfAPartitionedTable(t *testing.T) {
 	db := harness.NewDB(t)
-	ctx := context.Background()
 	db.Exec(t, `CREATE TABLE pt (id bigint, updated_at timestamptz NOT NULL, PRIMARY KEY (id)) PARTITION BY RANGE (id);
 		CREATE TABLE pt_1 PARTITION OF pt FOR VALUES FROM (0) TO (100);
 		CREATE TABLE pt_2 PARTITION OF pt FOR VALUES FROM (100) TO (200);
@@ -458,20 +465,8 @@ func TestMarkOfAPartitionedTable(t *testing.T) {
 	db.Exec(t, "INSERT INTO pt VALUES (1, $1), (150, $1)", t0)
 	db.Exec(t, "INSERT INTO pt_4 VALUES (350, $1)", t0) // written before the mark, not yet a partition
 	src := open(t, config(db, "pt"))
-	mark := func(src *postgres.Source) string {
-		m, err := src.Mark(ctx)
-		if err != nil || m == "" {
-			t.Fatalf("Mark: %q, %v", m, err)
-		}
-		return m
-	}
-	page := func(src *postgres.Source, skip string) string {
-		p, err := src.Page(ctx, connector.PageRequest{Since: t0.Add(-time.Minute), Limit: 10, Skip: skip, Mark: mark(src)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ids(p.Rows)
-	}
+	mark := func(src *postgres.Source) string { return markOf(t, src) }
+	page := func(src *postgres.Source, skip string) string { return skipPage(t, src, skip) }
 	m1 := mark(src)
 	if got := page(src, m1); got != "" {
 		t.Fatalf("the control: a pass skipping by a mark taken after every write returns %q", got)

@@ -302,14 +302,11 @@ func (t *Target) Apply(ctx context.Context, batch []replica.Change, pos map[int3
 		}
 	}()
 
-	tx, err := t.pool.Begin(ctx)
+	tx, err := t.lockedTx(ctx)
 	if err != nil {
-		return fmt.Errorf("begin: %w", err)
+		return err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", t.lockKey); err != nil {
-		return fmt.Errorf("lock target: %w", err)
-	}
 	stored, err := positions(ctx, tx, t.offsets, t.cfg.Table, t.cfg.Topic, " FOR UPDATE")
 	if err != nil {
 		return err
@@ -542,19 +539,31 @@ func (t *Target) merge(ctx context.Context, tx pgx.Tx, st tableState, rows []sta
 	return nil
 }
 
+// lockedTx begins a transaction holding the target's advisory lock: one
+// writer of the table and its positions at a time. The caller rolls it
+// back (after a commit, a no-op).
+func (t *Target) lockedTx(ctx context.Context) (pgx.Tx, error) {
+	tx, err := t.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", t.lockKey); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("lock target: %w", err)
+	}
+	return tx, nil
+}
+
 // CheckTopic implements replica.TopicChecker: positions stored for another
 // topic id (the topic was deleted and created again under its name) fail
 // wrapping replica.ErrPosition; positions stored without one (before topic
 // ids were kept) take id.
 func (t *Target) CheckTopic(ctx context.Context, id string) error {
-	tx, err := t.pool.Begin(ctx)
+	tx, err := t.lockedTx(ctx)
 	if err != nil {
-		return fmt.Errorf("begin: %w", err)
+		return err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", t.lockKey); err != nil {
-		return fmt.Errorf("lock target: %w", err)
-	}
 	var other *string
 	if err := tx.QueryRow(ctx, `SELECT min(topic_id) FROM `+t.offsets+` WHERE target_table = $1 AND topic = $2 AND topic_id IS DISTINCT FROM $3 AND topic_id IS NOT NULL`,
 		t.cfg.Table, t.cfg.Topic, id).Scan(&other); err != nil {
@@ -587,14 +596,11 @@ func showPos(o int64, ok bool) string {
 // Reset implements replica.Resetter: it empties the target table and
 // forgets the positions, in one transaction.
 func (t *Target) Reset(ctx context.Context) error {
-	tx, err := t.pool.Begin(ctx)
+	tx, err := t.lockedTx(ctx)
 	if err != nil {
-		return fmt.Errorf("begin: %w", err)
+		return err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", t.lockKey); err != nil {
-		return fmt.Errorf("lock target: %w", err)
-	}
 	t.mu.Lock()
 	exists := t.exists
 	t.mu.Unlock()
