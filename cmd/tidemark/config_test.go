@@ -550,6 +550,8 @@ func TestRedactDSN(t *testing.T) {
 		{"http://127.0.0.1:8080/changes?owner=a@b.com&api_key=hunter2", "http://127.0.0.1:REDACTED@b.com&api_key=REDACTED"},
 		{"https://u:hunter2@h/changes?owner=a@b.com&token=hunter2&limit=5", "https://u:REDACTED@b.com&token=REDACTED&limit=5"},
 		{"https://h/changes?owner=a@b.com&x=1#sig=hunter2", "https://h/changes?owner=a@b.com&x=1#sig=REDACTED"},
+		{"https://h/changes?token=hunter2&owner=a@b.com", "https://h/changes?token=REDACTED&owner=a@b.com"},
+		{"https://user@h/p?token=hunter2&e=a@b", "https://user@h/p?token=REDACTED&e=a@b"},
 		{"", ""},
 	} {
 		got := RedactDSN(tc.in)

@@ -61,18 +61,19 @@ func RedactURL(s string) string {
 	}
 	i := strings.Index(s, "://") + 3
 	head, rest := s[:i], s[i:]
-	at := strings.LastIndex(rest, "@")
-	if at >= 0 {
+	// from is where parameters may start: after the redacted user info,
+	// or anywhere when none was redacted. The query's '?' may be inside
+	// what was redacted (an '@' in the query, an e-mail address say, ends
+	// the user info there), so every parameter after it is looked at,
+	// wherever it starts.
+	from := 0
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
 		if colon := strings.IndexByte(rest[:at], ':'); colon >= 0 {
 			rest = rest[:colon+1] + Redacted + rest[at:]
-			at = colon + 1 + len(Redacted)
+			from = colon + 1 + len(Redacted)
 		}
 	}
-	// The query's '?' may be inside what was just redacted (an '@' in the
-	// query, an e-mail address say, ends the user info there), so every
-	// parameter after the user info is looked at, wherever it starts.
-	at = max(at, 0)
-	return head + rest[:at] + redactParams(rest[at:])
+	return head + rest[:from] + redactParams(rest[from:])
 }
 
 // redactParams replaces the values of secret-looking parameters
