@@ -291,3 +291,21 @@ func TestSweepWaitsForACompleteView(t *testing.T) {
 		t.Fatalf("the sweep after the transaction ended: %v (%s)", err, res)
 	}
 }
+
+// With the default (moving) initial load, an empty table leaves no
+// watermark after its first pass, and a sweep then is safe (the walk that
+// follows dedupes what it republished): a scheduled sweep must not stop
+// the run, and `tidemark sweep` must not refuse.
+func TestSweepOfAnEmptyTableWithTheMovingLoad(t *testing.T) {
+	r := newRig(t)
+	src := sweepKeyTable{newMemKeyTable()}
+	cfg := connector.Config{PageSize: 10, Margin: time.Second, SweepInterval: time.Millisecond, Topic: fold.Topic{Opts: r.opts, Topic: r.topic}}
+	e, _ := r.engine(src, cfg)
+	if _, err := e.Run(context.Background(), connector.Once); err != nil {
+		t.Fatalf("run --once with sweep.interval on an empty table: %v", err)
+	}
+	e, _ = r.engine(src, cfg)
+	if res, err := e.SweepOnce(context.Background(), fold.Topic{Opts: r.opts, Topic: r.topic}); err != nil {
+		t.Fatalf("sweep of an empty table: %v (%s)", err, res)
+	}
+}

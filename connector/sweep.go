@@ -242,12 +242,14 @@ func (e *Engine) Sweep(ctx context.Context, topic TopicView) (SweepResult, error
 		return SweepResult{}, fmt.Errorf("%w (phase %s, committed seq %d): a sweep now would republish every row the load has not reached yet, and the load would then publish them again; "+
 			"finish the load with `tidemark run --once` (or let `tidemark run` finish it), then sweep: %w", ErrInitialLoadOpen, p, e.cp.Seq, ErrPermanent)
 	}
-	if e.cp.Watermark == "" && e.cp.Sweep == nil {
+	if e.cp.Watermark == "" && e.cp.Sweep == nil && (e.keyOrdered() || e.cfg.Consistent) {
 		// Nothing loaded yet (a new connector, or a reset to scratch): a
-		// sweep would publish every row as missing, which is the initial
-		// load's job, and a load that prunes the dedupe set to its own
-		// floor (in key order, or consistent) would publish them again.
-		return SweepResult{}, fmt.Errorf("%w: connector %q has not loaded the table yet (no watermark): a sweep now would publish every row, which the initial load does; "+
+		// sweep would publish every row as missing, and a load that prunes
+		// the dedupe set to its own floor (in key order, or consistent)
+		// would then publish them again. Those loads leave a watermark
+		// even on an empty table; the moving load, whose dedupe floor
+		// trails what it has read, leaves none there, and is safe.
+		return SweepResult{}, fmt.Errorf("%w: connector %q has not loaded the table yet (no watermark): a sweep now would publish every row, and the initial load would publish them again; "+
 			"run `tidemark run --once` (or let `tidemark run` load it), then sweep: %w", ErrInitialLoadOpen, e.cfg.Name, ErrPermanent)
 	}
 	start := time.Now()
