@@ -337,10 +337,16 @@ func (e *Engine) Sweep(ctx context.Context, topic TopicView) (SweepResult, error
 			}
 			// A key live in two partitions: its old record stays live, and
 			// every sweep would publish it again into its new partition.
+			// Nothing is published; the sweep is no longer in progress, so
+			// that the walk goes on without it.
+			e.cp.Sweep = nil
+			if err := e.commit(ctx); err != nil {
+				return err
+			}
 			return &StopError{
 				Reason: fmt.Sprintf("the topic holds %d records in a partition their key does not hash to (was its partition count changed?): a key can be live in two partitions, "+
 					"and a sweep would publish such keys again on every run while their old records stay", st.Misplaced),
-				Hint: "nothing was written by this sweep; re-create the topic with its partition count and run `tidemark reset` to republish into it (`tidemark verify` reports PARTITIONS CHANGED)",
+				Hint: "the sweep published nothing; re-create the topic with its partition count and run `tidemark reset` to republish into it (`tidemark verify` reports PARTITIONS CHANGED)",
 			}
 		},
 	})
