@@ -600,3 +600,29 @@ func TestBCDatesReplicate(t *testing.T) {
 	}
 	r.assertSame("items_replica")
 }
+
+// TestOffsetsTableOfAnotherOwner: a replica role that may write the offsets
+// table but does not own it opens its target: the topic_id column, once
+// there, is not added again (ALTER TABLE needs ownership even with IF NOT
+// EXISTS, and would lock the table shared by every target at each start).
+func TestOffsetsTableOfAnotherOwner(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	if _, err := postgres.Open(ctx, postgres.Config{DSN: r.db.URL, Table: "t_owner", Topic: r.topic, Columns: []postgres.Column{{Name: "id", Type: "bigint"}, {Name: "v", Type: "text"}}}); err != nil {
+		t.Fatal(err)
+	}
+	role := "rep_" + r.db.Schema
+	r.exec(`CREATE ROLE ` + role + ` LOGIN`)
+	t.Cleanup(func() {
+		r.exec(`DROP OWNED BY ` + role)
+		r.exec(`DROP ROLE ` + role)
+	})
+	r.exec(`GRANT USAGE, CREATE ON SCHEMA ` + r.db.Schema + ` TO ` + role)
+	r.exec(`GRANT SELECT, INSERT, UPDATE, DELETE ON tidemark_replica_offsets, t_owner TO ` + role)
+	dsn := strings.Replace(r.db.URL, "://postgres@", "://"+role+"@", 1)
+	tg, err := postgres.Open(ctx, postgres.Config{DSN: dsn, Schema: r.db.Schema, Table: "t_owner", Topic: r.topic})
+	if err != nil {
+		t.Fatalf("open as a role that does not own the offsets table: %v", err)
+	}
+	tg.Close()
+}

@@ -97,9 +97,18 @@ func (t *Target) open(ctx context.Context) error {
 		PRIMARY KEY (target_table, topic, partition))`); err != nil {
 		return fmt.Errorf("create offsets table %s: %w", t.offsets, err)
 	}
-	// Tables created before positions kept the topic's id.
-	if _, err := t.pool.Exec(ctx, `ALTER TABLE `+t.offsets+` ADD COLUMN IF NOT EXISTS topic_id text`); err != nil {
-		return fmt.Errorf("add column topic_id to the offsets table %s (run the replica as its owner once): %w", t.offsets, err)
+	// Tables created before positions kept the topic's id get the column,
+	// once: ALTER TABLE needs ownership (even with IF NOT EXISTS) and locks
+	// the table every target shares.
+	var has bool
+	if err := t.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = $1::regclass AND attname = 'topic_id' AND NOT attisdropped)`,
+		t.offsets).Scan(&has); err != nil {
+		return fmt.Errorf("read the columns of the offsets table %s: %w", t.offsets, err)
+	}
+	if !has {
+		if _, err := t.pool.Exec(ctx, `ALTER TABLE `+t.offsets+` ADD COLUMN IF NOT EXISTS topic_id text`); err != nil {
+			return fmt.Errorf("add column topic_id to the offsets table %s (run the replica once as the table's owner, or have the owner run ALTER TABLE %s ADD COLUMN topic_id text): %w", t.offsets, t.offsets, err)
+		}
 	}
 	if len(t.cfg.Columns) > 0 {
 		if err := t.create(ctx, t.pool, t.cfg.Columns); err != nil {
