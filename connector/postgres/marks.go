@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/tidemark/tidemark/connector"
 )
 
@@ -30,8 +32,8 @@ var _ connector.Clock = (*Source)(nil)
 // partition, a dump restored) holds versions below the mark that no pass
 // saw. So the token also names the relation, the oids of the table and its
 // partitions read under the configured name when the mark is taken:
-// "x3:<xid8>@<oid>,<oid>,...", the table's first, or, with more than
-// maxMarkOids of them, "x2:<xid8>@<digest>" (a digest of that list; x2 is
+// "x3:<xid8>@<oid>,<oid>,...", the table's first (listed again among
+// its partition tree's), or, with more than maxMarkOids of them, "x2:<xid8>@<digest>" (a digest of that list; x2 is
 // also what earlier releases wrote). A skip or settle mark of another
 // relation is not used, with one exception (covers): the same table whose
 // partitions since added hold no version below the mark (created, not a
@@ -43,7 +45,7 @@ const (
 	markPrefixV1 = "x1:"
 	// maxMarkOids bounds the oids a mark lists: a mark goes into every
 	// checkpoint, several times.
-	maxMarkOids = 64
+	maxMarkOids = 256
 )
 
 // relation is the relation a mark names: the digest of its oid list, and
@@ -190,19 +192,31 @@ func (s *Source) covers(ctx context.Context, cur relation, k int64, old relation
 	}
 	ok = true
 	for _, o := range added {
+		// An empty partition (one created ahead of time, as pg_partman
+		// does) holds no version at all; its size needs no privilege on
+		// it, which a role with SELECT on the table only lacks (CREATE
+		// TABLE ... PARTITION OF copies no grants). Else its rows are
+		// read, which needs that privilege.
 		var name string
-		if err := s.pool.QueryRow(ctx, "SELECT $1::oid::regclass::text", o).Scan(&name); err != nil {
-			ok = false
-			break
+		var size int64
+		if err := s.pool.QueryRow(ctx, "SELECT $1::oid::regclass::text, pg_catalog.pg_relation_size($1::oid)", o).Scan(&name, &size); err != nil {
+			return false // not known: asked again
+		}
+		if size == 0 {
+			continue
 		}
 		var old bool
-		if err := s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM ONLY "+name+" WHERE NOT "+freshOf("$1::bigint")+")", k&0xffffffff).Scan(&old); err != nil || old {
+		if err := s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM ONLY "+name+" WHERE NOT "+freshOf("$1::bigint")+")", k&0xffffffff).Scan(&old); err != nil {
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+				return false // not known: asked again
+			}
+			old = true // may not read it: not proven
+		}
+		if old {
 			ok = false
 			break
 		}
-	}
-	if ctx.Err() != nil {
-		return false // not known: asked again
 	}
 	s.coverMu.Lock()
 	if len(s.covered) >= 64 {
@@ -254,7 +268,7 @@ func (s *Source) marks(ctx context.Context, sh *shape, req connector.PageRequest
 	if !s.covers(ctx, rel, k, krel) {
 		// The table was replaced since that pass: what it saw was
 		// another relation's.
-		s.warnOnce(fmt.Sprintf("the table under %s is not the one the last pass read (replaced or restored since): re-reading the window without skipping", sh.tbl.ident))
+		s.warnOnce(fmt.Sprintf("the table under %s is not the one the last pass read (replaced or restored since, or a partition holding older rows attached, or a new partition this role may not read): re-reading the window without skipping; rows the last pass settled may be published again", sh.tbl.ident))
 		if req.Settle != "" {
 			s32 = nil
 		}
