@@ -210,8 +210,10 @@ func compatible(src, dst string) bool {
 // applies the modifier as an assignment, which refuses a string or bit
 // string too long (SQLSTATE 22001, 22026) where an explicit cast to
 // varchar(n), char(n) or bit(n) cuts it. character and bit without a length
-// mean length 1, so they are cast to text and bit varying. Numbers and
-// times are rounded to the column's scale or precision either way.
+// mean length 1, so they are cast to bpchar (of any length, and compared
+// as character, so that an index on a char(n) id still serves the DELETE
+// of tombstoned ids) and bit varying. Numbers and times are rounded to the
+// column's scale or precision either way.
 func castType(typ string) string {
 	b := baseName(typ)
 	arr := ""
@@ -221,7 +223,7 @@ func castType(typ string) string {
 	}
 	switch b {
 	case "character":
-		b = "text"
+		b = "bpchar"
 	case "bit":
 		b = "bit varying"
 	}
