@@ -663,6 +663,7 @@ func (a *cli) taskMembers(ctx context.Context, opts []kgo.Opt) map[string]string
 func (a *cli) assignedHere(ctx context.Context, cl *kgo.Client, topic string, t Task) bool {
 	idx := slices.IndexFunc(a.cfg.Tasks, func(x Task) bool { return x.Name == t.Name })
 	adm := kadm.NewClient(cl)
+	warned := false
 	for ctx.Err() == nil {
 		me, _ := cl.GroupMetadata()
 		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -684,6 +685,10 @@ func (a *cli) assignedHere(ctx context.Context, cl *kgo.Client, topic string, t 
 			// A coordinator loading or moving: not knowing is not a yes,
 			// or a removed member would fence the rightful owner. Its
 			// heartbeats fail too, and the group's callbacks end ctx.
+			if !warned {
+				warned = true
+				a.log.Warn("task was fenced, and the group cannot say yet whether it still assigns the task here; waiting for it", "task", t.Name, "err", err.Error())
+			}
 			select {
 			case <-ctx.Done():
 			case <-time.After(time.Second):

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"net"
 	"strings"
 	"testing"
@@ -219,7 +220,7 @@ func TestAssignedHereWaitsWhileTheGroupCannotBeDescribed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a := &cli{cfg: &Config{Name: "shop", Tasks: []Task{{Name: "orders"}}}}
+		a := &cli{cfg: &Config{Name: "shop", Tasks: []Task{{Name: "orders"}}}, log: slog.New(slog.DiscardHandler)}
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		got := a.assignedHere(ctx, cl, "tidemark-tasks.shop", Task{Name: "orders"})
 		timedOut := ctx.Err() != nil
