@@ -5,11 +5,13 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tidemark/tidemark/test/harness"
 )
@@ -124,4 +126,62 @@ func TestBrokerOutage(t *testing.T) {
 	outageRun(t, w, outage(40*time.Second, 2*time.Minute), false,
 		func() { w.kafka.Close() },
 		func() { w.startKafka(kfake.DataDir(dir), kfake.Ports(port)) })
+}
+
+// TestBrokerDiesMidTransaction: the broker (kfake, persisted) stops while a
+// transaction of the connector has produced records and not ended (a
+// transactional produce arrives; the broker closes 30 ms later), and starts
+// again on its port with its data 5 s later. The connector must commit
+// again within a minute, and lose and duplicate nothing.
+func TestBrokerDiesMidTransaction(t *testing.T) {
+	harness.SkipUnlessKfake(t, "stopping the broker from inside a request")
+	dir := t.TempDir()
+	port := freePort(t)
+	w := newWorld(t, nil, kfake.DataDir(dir), kfake.Ports(port))
+	seed := seedFor(t)
+	m := newMutator(w, seed)
+	seedRows(t, w, m, 100)
+	stopMut := m.run(20 * time.Millisecond)
+	p := w.start(nil, "run", "--config", w.config())
+	commits := func() int { return strings.Count(p.stderr.String(), `"msg":"committed"`) }
+	waitFor(t, 60*time.Second, "the first commits", func() bool { return commits() >= 3 })
+	closed := make(chan struct{})
+	var once sync.Once
+	cluster := w.kafka
+	cluster.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		if r.(*kmsg.ProduceRequest).TransactionID != nil {
+			once.Do(func() {
+				go func() {
+					time.Sleep(30 * time.Millisecond)
+					cluster.Close()
+					close(closed)
+				}()
+			})
+		}
+		return nil, nil, false
+	})
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no transactional produce reached the broker in 30 s")
+	}
+	before := commits()
+	time.Sleep(5 * time.Second)
+	w.startKafka(kfake.DataDir(dir), kfake.Ports(port))
+	deadline := time.Now().Add(time.Minute)
+	for commits() <= before {
+		if time.Now().After(deadline) || !p.running() {
+			stopMut()
+			t.Fatalf("no commit within a minute after the broker came back (%d commits before, running %v); stderr tail:\n%s", before, p.running(), tail(p.stderr.String(), 4000))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stats := stopMut()
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(t, 60*time.Second); code != 0 {
+		t.Fatalf("SIGTERM after the restart: exit %d; stderr tail:\n%s", code, tail(p.stderr.String(), 3000))
+	}
+	w.once("after the broker died mid-transaction")
+	w.check(fmt.Sprintf("broker died mid-transaction (%s)", stats))
 }
