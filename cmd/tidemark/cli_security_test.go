@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -317,6 +318,25 @@ func TestSecurityConfigErrors(t *testing.T) {
 		_, err := LoadConfig("", func(string) string { return "" }, append(append([]string{}, base...), tc.sets...))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want %q", tc.sets, err, tc.want)
+		}
+	}
+}
+
+// TestMistypedOverrideDoesNotPrintItsSecret: a --set written with a space
+// or a colon instead of '=' is a usage error that quotes what it did not
+// understand; a DSN password in it must not reach stderr.
+func TestMistypedOverrideDoesNotPrintItsSecret(t *testing.T) {
+	const pw = "S3cretPw42"
+	path := writeConfig(t, "name: x\nsource:\n  dsn: postgres://u@h/db\n  table: t\n")
+	for _, args := range [][]string{
+		{"check", "--config", path, "--set", "source.dsn", "postgres://u:" + pw + "@h/db"},
+		{"check", "--config", path, "--set", "source.dsn: postgres://u:" + pw + "@h/db?sslmode=require"},
+		{"check", "--config", path, "--set", "postgres://u:" + pw + "@h/db"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), args, &out, &errb)
+		if code != exitConfig || strings.Contains(errb.String()+out.String(), pw) {
+			t.Errorf("%q: exit %d, want %d and no password; stderr:\n%s", args[3:], code, exitConfig, errb.String())
 		}
 	}
 }

@@ -662,6 +662,12 @@ func (c *Config) Validate() error {
 				p.add(key, "only used with source.kind postgres; remove it (source.kind is http)")
 			}
 		}
+		if c.Sweep.Interval.Duration > 0 {
+			p.add("sweep.interval", "an HTTP source cannot be swept (it cannot list its live rows); remove it, or set 0s%s", with("sweep.interval"))
+		}
+		if s.OnSchemaChange == "republish" {
+			p.add("source.on_schema_change", "republish runs a sweep, which an HTTP source cannot do; use continue%s", with("source.on_schema_change"))
+		}
 		if s.DSN == "" {
 			p.add("source.dsn", "required for source.kind http: the changes API URL, e.g. https://api.example.com/v1/changes")
 		} else if u, err := url.Parse(s.DSN); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -485,6 +485,10 @@ source:
 		"command line: source.table: only used with source.kind postgres",
 		"command line: source.filter: only used with source.kind postgres",
 	)
+	// An HTTP feed cannot list its live rows: a scheduled sweep would fail
+	// after every first pass (exit 1, and a restart loop).
+	msg = loadErr(t, writeConfig(t, httpBase), nil, "sweep.interval=1h", "source.on_schema_change=republish")
+	wantContains(t, msg, "command line: sweep.interval: an HTTP source cannot be swept", "command line: source.on_schema_change: republish runs a sweep")
 	msg = loadErr(t, writeConfig(t, httpBase), nil, "kafka.topic=", "source.dsn=ftp://x")
 	wantContains(t, msg, "kafka.topic: required for source.kind http", "source.dsn: not an http(s) URL")
 

@@ -109,7 +109,8 @@ func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, env fu
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
-		fmt.Fprintf(stderr, "tidemark %s: %s\n", cmd.name, printable(err.Error()))
+		// A mistyped override may quote a DSN with its password.
+		fmt.Fprintf(stderr, "tidemark %s: %s\n", cmd.name, printable(redactText(err.Error())))
 		return exitConfig
 	}
 	err := cmd.run(ctx, a)
