@@ -124,7 +124,7 @@ func (s *Source) checkSince(page connector.Page, since time.Time) error {
 	}
 	for i, r := range page.Rows {
 		if r.UpdatedAt.Before(since) {
-			return fmt.Errorf("item %d: id %q has %s %s, before %s, the since sent as %q: the API does not filter by that parameter; set source.since_param to the name it uses (rows before since would be published again on every pass)",
+			return fmt.Errorf("item %d: id %q has %s %s, before %s, the since sent as %q: the API does not filter by that parameter; set source.http.since_param to the name it uses (rows before since would be published again on every pass)",
 				i, r.ID, s.cfg.UpdatedAtPath, schemas.FormatTime(r.UpdatedAt), schemas.FormatTime(since), s.cfg.SinceParam)
 		}
 	}

@@ -193,8 +193,8 @@ func TestRowsBeforeSince(t *testing.T) {
 	for _, cursor := range []string{"", "c1"} {
 		s, _, _ := newSource(t, &canned{answers: []func(http.ResponseWriter, *http.Request){body(200, page)}}, httpsrc.Config{SinceParam: "from"})
 		_, err := s.Page(context.Background(), connector.PageRequest{Since: since, Cursor: cursor, Limit: 10})
-		if err == nil || !errors.Is(err, connector.ErrPermanent) || !strings.Contains(err.Error(), `id "b"`) || !strings.Contains(err.Error(), "source.since_param") || !strings.Contains(err.Error(), `"from"`) {
-			t.Errorf("cursor %q: want a permanent error naming the item and source.since_param, got %v", cursor, err)
+		if err == nil || !errors.Is(err, connector.ErrPermanent) || !strings.Contains(err.Error(), `id "b"`) || !strings.Contains(err.Error(), "source.http.since_param") || !strings.Contains(err.Error(), `"from"`) {
+			t.Errorf("cursor %q: want a permanent error naming the item and source.http.since_param, got %v", cursor, err)
 		}
 	}
 	// Without a since (the first pass), any date is fine.
