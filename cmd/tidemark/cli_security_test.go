@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tidemark/tidemark/schemas"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -337,6 +339,24 @@ func TestMistypedOverrideDoesNotPrintItsSecret(t *testing.T) {
 		code := run(context.Background(), args, &out, &errb)
 		if code != exitConfig || strings.Contains(errb.String()+out.String(), pw) {
 			t.Errorf("%q: exit %d, want %d and no password; stderr:\n%s", args[3:], code, exitConfig, errb.String())
+		}
+	}
+}
+
+// TestLedgerEntryRedactsItsDetail: a run that resumed an open pass names
+// the cursor it resumed from in its ledger entry's detail; with link
+// pagination that cursor is a URL carrying the endpoint's query, whose
+// secret `tidemark ledger` must not print, as text or JSON.
+func TestLedgerEntryRedactsItsDetail(t *testing.T) {
+	const secret = "Api-K3y-S3cret"
+	link := "https://api.example.com/v1/changes?api_key=" + secret + "&cursor=c7"
+	for _, asJSON := range []bool{false, true} {
+		var b bytes.Buffer
+		printLedgerEntry(&b, &schemas.LedgerEntry{Kind: schemas.LedgerRun, RunID: "r", Reason: "resumed",
+			Detail: fmt.Sprintf("resumed: phase pass, watermark 2026-01-01T00:00:00.000000Z, cursor %q, seq 4", link), RequestCursor: link}, asJSON)
+		printLedgerEntry(&b, &schemas.LedgerEntry{Kind: schemas.LedgerReset, Why: "rejected " + link}, asJSON)
+		if strings.Contains(b.String(), secret) || !strings.Contains(b.String(), "api_key=REDACTED") {
+			t.Errorf("json %v: the ledger prints:\n%s", asJSON, b.String())
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 
 	"github.com/tidemark/tidemark/connector/httpsrc"
 	"github.com/tidemark/tidemark/schemas"
@@ -22,22 +23,7 @@ func cmdLedger(ctx context.Context, a *cli) error {
 	n := 0
 	err = a.ledger(opts).Entries(a.asItStands(ctx), 0, func(e *schemas.LedgerEntry) error {
 		n++
-		e.RequestCursor, e.NextCursor = httpsrc.RedactCursor(e.RequestCursor), httpsrc.RedactCursor(e.NextCursor) // link cursors carry the endpoint's query
-		if a.jsonOut {
-			b, _ := json.Marshal(e)
-			fmt.Fprintln(a.stdout, string(b))
-			return nil
-		}
-		switch e.Kind {
-		case schemas.LedgerRun:
-			fmt.Fprintf(a.stdout, "\nrun %s started %s: %s (%s)\n", e.RunID, e.At, e.Reason, e.Detail)
-		case schemas.LedgerReset:
-			fmt.Fprintf(a.stdout, "\nRESET at %s by %s to watermark %s (seq %d): %s\n", e.At, e.By, orInf(e.Watermark), e.Seq, e.Why)
-		default:
-			fmt.Fprintf(a.stdout, "  seq %-6d %s %-5s pages %-4d raw %-6d published %-6d deduped %-6d tombstones %-5d keys %d/%s  cursor %q -> %q  W %s\n",
-				e.Seq, e.At, e.Phase, e.Pages, e.Raw, e.Published, e.Deduped, e.Tombstones, e.Keys, e.KeysDigest,
-				e.RequestCursor, e.NextCursor, orInf(e.Watermark))
-		}
+		printLedgerEntry(a.stdout, e, a.jsonOut)
 		return nil
 	})
 	if err != nil {
@@ -47,4 +33,28 @@ func cmdLedger(ctx context.Context, a *cli) error {
 		fmt.Fprintf(a.stdout, "no ledger entries for connector %q in %s (never run, or older than the ledger's retention)\n", a.cfg.Name, a.ledgerTopic())
 	}
 	return nil
+}
+
+// printLedgerEntry prints one ledger entry, as text or JSON, with the
+// secrets of link cursors redacted wherever they appear: the request and
+// next cursors, and the run's detail (a resumed run names the cursor it
+// resumed from) and the reset's reason.
+func printLedgerEntry(w io.Writer, e *schemas.LedgerEntry, asJSON bool) {
+	e.RequestCursor, e.NextCursor = httpsrc.RedactCursor(e.RequestCursor), httpsrc.RedactCursor(e.NextCursor)
+	e.Detail, e.Why = redactText(e.Detail), redactText(e.Why)
+	if asJSON {
+		b, _ := json.Marshal(e)
+		fmt.Fprintln(w, string(b))
+		return
+	}
+	switch e.Kind {
+	case schemas.LedgerRun:
+		fmt.Fprintf(w, "\nrun %s started %s: %s (%s)\n", e.RunID, e.At, e.Reason, printable(e.Detail))
+	case schemas.LedgerReset:
+		fmt.Fprintf(w, "\nRESET at %s by %s to watermark %s (seq %d): %s\n", e.At, e.By, orInf(e.Watermark), e.Seq, printable(e.Why))
+	default:
+		fmt.Fprintf(w, "  seq %-6d %s %-5s pages %-4d raw %-6d published %-6d deduped %-6d tombstones %-5d keys %d/%s  cursor %q -> %q  W %s\n",
+			e.Seq, e.At, e.Phase, e.Pages, e.Raw, e.Published, e.Deduped, e.Tombstones, e.Keys, e.KeysDigest,
+			e.RequestCursor, e.NextCursor, orInf(e.Watermark))
+	}
 }
