@@ -33,6 +33,22 @@ type Topics struct {
 	LedgerRetention time.Duration
 }
 
+// compactOnly reports whether a cleanup.policy compacts and deletes nothing
+// by time or size ("compact,delete" also expires records).
+func compactOnly(policy string) bool {
+	compact := false
+	for p := range strings.SplitSeq(policy, ",") {
+		switch strings.TrimSpace(p) {
+		case "compact":
+			compact = true
+		case "":
+		default:
+			return false
+		}
+	}
+	return compact
+}
+
 // EnsureTopics creates missing topics and checks existing ones against
 // docs/design.md, "Records". It returns one human line per topic saying what it found or
 // did. A refused topic is a permanent error naming the fix.
@@ -42,7 +58,7 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, t Topics) ([]string, erro
 	line, err := ensure(ctx, adm, t.Data, t.Partitions, t.ReplicationFactor, map[string]*string{
 		"cleanup.policy": kadm.StringPtr("compact"),
 	}, func(cfg map[string]string, parts int) error {
-		if !strings.Contains(cfg["cleanup.policy"], "compact") && !t.AllowNonCompacted {
+		if !compactOnly(cfg["cleanup.policy"]) && !t.AllowNonCompacted {
 			return fmt.Errorf("data topic %q has cleanup.policy=%s: a consumer cannot rebuild state from a non-compacted topic once old records expire; "+
 				"run `kafka-configs --alter --entity-type topics --entity-name %s --add-config cleanup.policy=compact`, or set kafka.allow_non_compacted: true to accept it: %w",
 				t.Data, cfg["cleanup.policy"], t.Data, connector.ErrPermanent)
@@ -60,7 +76,7 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, t Topics) ([]string, erro
 		if parts != 1 {
 			return fmt.Errorf("offsets topic %q has %d partitions; it must have exactly 1 so that one read finds a connector's latest checkpoint; use another kafka.offsets_topic: %w", t.Offsets, parts, connector.ErrPermanent)
 		}
-		if !strings.Contains(cfg["cleanup.policy"], "compact") {
+		if !compactOnly(cfg["cleanup.policy"]) {
 			return fmt.Errorf("offsets topic %q has cleanup.policy=%s; checkpoints would expire and the connector would have to stop; make it compact or use another kafka.offsets_topic: %w", t.Offsets, cfg["cleanup.policy"], connector.ErrPermanent)
 		}
 		if v, ok := cfg["max.message.bytes"]; ok && v != "" {

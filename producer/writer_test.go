@@ -166,6 +166,21 @@ func TestEnsureTopicsRefusesWhatCannotRebuildState(t *testing.T) {
 	if _, err := producer.EnsureTopics(ctx, cl, producer.Topics{Data: "plain", Partitions: 3, ReplicationFactor: -1, AllowNonCompacted: true, Offsets: "off"}); err != nil {
 		t.Errorf("allowed explicitly: %v", err)
 	}
+	// compact,delete also expires records: a data topic so is refused
+	// unless allowed, an offsets topic so always (its checkpoints expire).
+	for _, name := range []string{"cd-data", "cd-off"} {
+		if _, err := adm.CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact,delete")}, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = producer.EnsureTopics(ctx, cl, producer.Topics{Data: "cd-data", Partitions: 1, ReplicationFactor: -1, Offsets: "off"})
+	if !errors.Is(err, connector.ErrPermanent) || !strings.Contains(err.Error(), "allow_non_compacted") {
+		t.Errorf("compact,delete data topic: %v", err)
+	}
+	_, err = producer.EnsureTopics(ctx, cl, producer.Topics{Data: "d", Partitions: 3, ReplicationFactor: -1, Offsets: "cd-off"})
+	if !errors.Is(err, connector.ErrPermanent) || !strings.Contains(err.Error(), "cleanup.policy=compact,delete") {
+		t.Errorf("compact,delete offsets topic: %v", err)
+	}
 	_, err = producer.EnsureTopics(ctx, cl, producer.Topics{Data: "d", Partitions: 3, ReplicationFactor: -1, Offsets: "off2"})
 	if err == nil || !strings.Contains(err.Error(), "exactly 1") {
 		t.Errorf("offsets topic with 2 partitions: %v", err)
