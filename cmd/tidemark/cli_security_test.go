@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/tidemark/tidemark/schemas"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/tidemark/tidemark/fold"
 	"github.com/tidemark/tidemark/producer"
+	"github.com/tidemark/tidemark/schemas"
 )
 
 // The security tests run the CLI against an in-process kfake cluster with
@@ -358,5 +357,18 @@ func TestLedgerEntryRedactsItsDetail(t *testing.T) {
 		if strings.Contains(b.String(), secret) || !strings.Contains(b.String(), "api_key=REDACTED") {
 			t.Errorf("json %v: the ledger prints:\n%s", asJSON, b.String())
 		}
+	}
+}
+
+// TestResetToAFutureWatermarkIsRefused: a reset to a watermark in the
+// future would have every row changed before it never read again; it is a
+// usage error before anything is contacted.
+func TestResetToAFutureWatermarkIsRefused(t *testing.T) {
+	path := writeConfig(t, "name: x\nsource:\n  dsn: postgres://u@127.0.0.1:1/db\n  table: t\nkafka:\n  brokers: [\"127.0.0.1:1\"]\n")
+	future := time.Now().Add(24 * time.Hour).UTC().Format(time.RFC3339)
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"reset", "--config", path, "--to-watermark", future, "--yes"}, &out, &errb)
+	if code != exitConfig || !strings.Contains(errb.String(), "--to-watermark") || !strings.Contains(errb.String(), "future") {
+		t.Errorf("reset to %s: exit %d, want %d naming --to-watermark and the future; stderr:\n%s", future, code, exitConfig, errb.String())
 	}
 }

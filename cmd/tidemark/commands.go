@@ -481,6 +481,10 @@ func cmdReset(ctx context.Context, a *cli) error {
 		if err != nil {
 			return &ConfigError{Key: "--to-watermark", Msg: err.Error() + "; give an RFC 3339 timestamp such as 2026-01-31T00:00:00Z"}
 		}
+		if t.After(time.Now().Add(time.Minute)) {
+			// Every row changed before it would never be read again.
+			return &ConfigError{Key: "--to-watermark", Msg: fmt.Sprintf("%s is in the future: no row changed before it would be read again; give a time no later than now, such as the watermark `tidemark status` shows", a.toWM)}
+		}
 		wm = schemas.FormatTime(t)
 	}
 	opts, err := a.kafkaOpts()
