@@ -556,6 +556,8 @@ func TestRedactDSN(t *testing.T) {
 		{"https://h/changes?owner=a@b.com&x=1#sig=hunter2", "https://h/changes?owner=a@b.com&x=1#sig=REDACTED"},
 		{"https://h/changes?token=hunter2&owner=a@b.com", "https://h/changes?token=REDACTED&owner=a@b.com"},
 		{"https://user@h/p?token=hunter2&e=a@b", "https://user@h/p?token=REDACTED&e=a@b"},
+		// An HTTP client sends a user name alone as basic auth: often an API key.
+		{"https://hunter2key@api.example.com/v1/changes", "https://REDACTED@api.example.com/v1/changes"},
 		{"", ""},
 	} {
 		got := RedactDSN(tc.in)

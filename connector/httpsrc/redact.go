@@ -24,7 +24,8 @@ func IsSecretParam(name string) bool {
 	return false
 }
 
-// RedactURL returns s with the password of its user info and the values of
+// RedactURL returns s with the password of its user info (an http(s) URL's
+// user name alone too: it is sent as basic auth, often an API key) and the values of
 // secret-looking query parameters (IsSecretParam) replaced by REDACTED. A
 // string whose '@' signs do not all belong to the user info (an unencoded
 // '@', '/', '?' or '#' in a password moves it) is redacted conservatively:
@@ -39,6 +40,10 @@ func RedactURL(s string) string {
 		if strings.Count(s, "@") == want {
 			if _, ok := u.User.Password(); ok {
 				u.User = url.UserPassword(u.User.Username(), Redacted)
+			} else if u.User != nil && (u.Scheme == "http" || u.Scheme == "https") {
+				// An HTTP client sends a user name alone as basic auth,
+				// which is often an API key.
+				u.User = url.User(Redacted)
 			}
 			q := u.Query()
 			changed := false
