@@ -58,7 +58,7 @@ type command struct {
 
 var commands = []command{
 	{"run", "sync the source into Kafka (continuously, or --once)", cmdRun},
-	{"check", "preflight: check the source table and the topics, print what was found", checkCommand},
+	{"check", "preflight: check the source table and the topics (creating missing ones), print what was found", checkCommand},
 	{"status", "print the committed checkpoint", perTask(cmdStatus)},
 	{"verify", "prove the topic (or a replica table) equals the source: key set and content", replicaOfOneTask(perTask(cmdVerify))},
 	{"sweep", "reconcile now: tombstones for hard-deleted rows, repair of missing or stale keys", perTask(cmdSweep)},
