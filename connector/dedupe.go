@@ -37,12 +37,15 @@ func (e *Engine) loadBoundary(ctx context.Context, cp *schemas.Checkpoint) error
 		return e.boundaryStop(err, refs)
 	}
 	for _, u := range st.Units {
+		// What was read does not change on a second read: a segment that
+		// does not decode, or does not hold what the checkpoint counts, is
+		// damage, not a transient failure.
 		n, err := e.b.replay(u.Seq, u.Offsets, vals[:len(u.Offsets)])
 		if err != nil {
-			return e.boundaryStop(err, refs)
+			return e.boundaryStop(fmt.Errorf("%w: %w", ErrStateDamaged, err), refs)
 		}
 		if n != u.Entries {
-			return e.boundaryStop(fmt.Errorf("unit %d holds %d entries, the checkpoint says %d", u.Seq, n, u.Entries), refs)
+			return e.boundaryStop(fmt.Errorf("%w: unit %d holds %d entries, the checkpoint says %d", ErrStateDamaged, u.Seq, n, u.Entries), refs)
 		}
 		vals = vals[len(u.Offsets):]
 	}
@@ -57,7 +60,7 @@ func (e *Engine) loadBoundary(ctx context.Context, cp *schemas.Checkpoint) error
 	// between the replay's before and after the prune is such a checkpoint
 	// (every unit's own count matched above); anything else is not.
 	if n := int64(e.b.Len()); !countMatches(st.Entries, before, n) {
-		return e.boundaryStop(fmt.Errorf("the segments give %d entries, the checkpoint says %d", n, st.Entries), refs)
+		return e.boundaryStop(fmt.Errorf("%w: the segments give %d entries, the checkpoint says %d", ErrStateDamaged, n, st.Entries), refs)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/offsets"
+	"github.com/tidemark/tidemark/producer"
 	"github.com/tidemark/tidemark/schemas"
 )
 
@@ -131,5 +132,54 @@ func TestAnotherConnectorsTopicIsRefused(t *testing.T) {
 	var stop *connector.StopError
 	if !errors.As(err, &stop) || !strings.Contains(err.Error(), fmt.Sprintf("records of connector %q", r.name)) || !strings.Contains(err.Error(), "tidemark reset") {
 		t.Fatalf("want a safety stop naming the other connector and reset, got %v", err)
+	}
+}
+
+// corruptState is a checkpoint store whose dedupe segments come back with
+// one byte changed, and that counts the reads.
+type corruptState struct {
+	*offsets.Store
+	reads int
+}
+
+func (c *corruptState) State(ctx context.Context, refs []connector.StateRef) ([][]byte, error) {
+	c.reads++
+	vals, err := c.Store.State(ctx, refs)
+	if err == nil && len(vals) > 0 && len(vals[0]) > 8 {
+		vals[0][len(vals[0])/2] ^= 0xff
+	}
+	return vals, err
+}
+
+// TestDamagedDedupeSegmentIsASafetyStop: a dedupe segment that does not
+// decode (a flipped byte, or a newer format after a rollback) will not
+// decode on a retry either: the run stops (exit 3) after one read instead of
+// retrying for ever.
+func TestDamagedDedupeSegmentIsASafetyStop(t *testing.T) {
+	r := newRig(t)
+	m := newMemTable()
+	now := time.Now().UTC()
+	for i := range 5 {
+		m.set(fmt.Sprintf("k%d", i), now.Add(-time.Duration(i)*time.Millisecond), "v", false)
+	}
+	r.once(m, connector.Config{PageSize: 4})
+	cp, err := r.store().Load(context.Background())
+	if err != nil || len(cp.Boundary.Units) == 0 {
+		t.Fatalf("the first run left no dedupe segments: %+v, %v", cp, err)
+	}
+	w, err := producer.New(context.Background(), producer.Config{Name: r.name, Topic: r.topic, OffsetsTopic: r.offsets, LedgerTopic: r.ledger, Opts: r.opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	st := &corruptState{Store: r.store()}
+	e, err := connector.New(connector.Config{Name: r.name, Fingerprint: "fp1", PageSize: 4, RetryTimeout: 3 * time.Second}, m, w, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.Run(context.Background(), connector.Once)
+	var stop *connector.StopError
+	if !errors.As(err, &stop) || st.reads != 1 {
+		t.Fatalf("a damaged dedupe segment: %v after %d reads; want a safety stop after 1", err, st.reads)
 	}
 }
