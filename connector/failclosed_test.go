@@ -183,3 +183,27 @@ func TestDamagedDedupeSegmentIsASafetyStop(t *testing.T) {
 		t.Fatalf("a damaged dedupe segment: %v after %d reads; want a safety stop after 1", err, st.reads)
 	}
 }
+
+// TestUndecodableLedgerEntryIsASafetyStop: a ledger entry this release
+// cannot read (written by a newer one before a rollback, or damaged) will
+// not read on a retry either: loading the checkpoint stops (exit 3) naming
+// it, instead of failing as transient for ever.
+func TestUndecodableLedgerEntryIsASafetyStop(t *testing.T) {
+	r := newRig(t)
+	m := newMemTable()
+	m.set("k1", t0, "v", false)
+	r.once(m, connector.Config{PageSize: 4})
+	cl, err := kgo.NewClient(r.opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: r.ledger, Key: []byte(r.name), Value: []byte(`{"version":99,"kind":"future"}`)}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.store().Load(context.Background())
+	var stop *connector.StopError
+	if !errors.As(err, &stop) || !strings.Contains(err.Error(), r.ledger) {
+		t.Fatalf("an undecodable ledger entry: %v; want a safety stop naming the ledger topic", err)
+	}
+}

@@ -39,7 +39,7 @@ func (l *Ledger) Entries(ctx context.Context, last int64, fn func(*schemas.Ledge
 		}
 		e, err := schemas.DecodeLedgerEntry(r.Value)
 		if err != nil {
-			return fmt.Errorf("ledger %s offset %d: %w", l.topic, r.Offset, err)
+			return undecodableEntry(l.topic, l.connector, r.Offset, err)
 		}
 		return fn(e)
 	})
@@ -126,5 +126,16 @@ func stop(reason string) error {
 	return &connector.StopError{
 		Reason: reason,
 		Hint:   "nothing was written; inspect with `tidemark ledger` and `tidemark status`, then decide with `tidemark reset` (to scratch, or --to-watermark)",
+	}
+}
+
+// undecodableEntry is the safety stop for a ledger entry of the connector
+// that this build cannot read: it will not read on a retry either.
+func undecodableEntry(topic, name string, offset int64, err error) error {
+	return &connector.StopError{
+		Reason: fmt.Sprintf("ledger %s offset %d holds an entry of connector %q that this build cannot read: %v", topic, offset, name, err),
+		Hint: "was it written by a newer release (a rollback)? run that release again; the ledger cannot be skipped, since its audit proves that no other run wrote after the checkpoint. " +
+			"To start over with this build, give the connector a new kafka.ledger_topic and run `tidemark reset`",
+		Err: err,
 	}
 }
