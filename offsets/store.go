@@ -154,8 +154,8 @@ func (s *Store) latest(ctx context.Context, view *openView) (*schemas.Checkpoint
 		if err != nil {
 			return nil, &connector.StopError{
 				Reason: fmt.Sprintf("the checkpoint at %s/%d offset %d cannot be read", s.topic, last.Partition, last.Offset),
-				Hint:   "check that every writer of this offsets topic runs a compatible tidemark release; `tidemark reset` decides explicitly",
-				Err:    err,
+				Hint:   "check that every writer of this offsets topic runs a compatible tidemark release; `tidemark reset` decides explicitly (it replaces the checkpoint)",
+				Err:    fmt.Errorf("%w: %w", ErrUnreadableCheckpoint, err),
 			}
 		}
 		return cp, nil
@@ -260,6 +260,10 @@ func watchCut(ctx context.Context, w fold.ViewWait) (context.Context, *atomic.Bo
 // lastRunWait bounds how long LastRun waits for the transactions open on
 // the ledger: another connector's commit holds the ledger for milliseconds.
 var lastRunWait = 500 * time.Millisecond
+
+// ErrUnreadableCheckpoint marks a checkpoint this build cannot decode (a
+// newer release's, or damaged): `tidemark reset` replaces it.
+var ErrUnreadableCheckpoint = errors.New("checkpoint cannot be decoded")
 
 // noRecordsOfOurs fails when the data topic already holds a committed record
 // published by this connector, or by another tidemark connector: a data

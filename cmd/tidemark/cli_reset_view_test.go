@@ -79,3 +79,33 @@ func TestCLIResetFollowsTheNewestCheckpoint(t *testing.T) {
 		t.Fatalf("after the reset: %+v, %v; want a reset at seq %d, after the newest checkpoint", got, err, newer.Seq+1)
 	}
 }
+
+// TestCLIResetReplacesAnUnreadableCheckpoint: a checkpoint this build cannot
+// read stops the run, whose hint is `tidemark reset`: the reset must then
+// replace it, not stop on it too.
+func TestCLIResetReplacesAnUnreadableCheckpoint(t *testing.T) {
+	w := newVFWorld(t, "")
+	w.mustCLI("run", "--once")
+	ctx := context.Background()
+	cl, err := kgo.NewClient(w.opts()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "tidemark-offsets", Key: []byte(vfName), Value: []byte(`{"version":99}`)}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := w.cli("run", "--once"); code != exitDecision {
+		t.Fatalf("run on an unreadable checkpoint: exit %d, want %d\n%s", code, exitDecision, errOut)
+	}
+	if code, out, errOut := w.cli("reset", "--yes", "--reason", "unreadable checkpoint"); code != exitOK {
+		t.Fatalf("reset of an unreadable checkpoint: exit %d, want 0\n%s\n%s", code, out, errOut)
+	}
+	cp, err := offsets.NewStore(w.opts(), "tidemark-offsets", vfName).Load(ctx)
+	if err != nil || cp == nil || cp.LastReset == nil {
+		t.Fatalf("checkpoint after the reset: %+v, %v", cp, err)
+	}
+	if code, _, errOut := w.cli("run", "--once"); code != exitOK {
+		t.Fatalf("run after the reset: exit %d\n%s", code, errOut)
+	}
+}

@@ -500,7 +500,18 @@ func cmdReset(ctx context.Context, a *cli) error {
 	// the strict read made once its producer session has fenced the
 	// connector (below).
 	store := offsets.NewStore(opts, a.cfg.Kafka.OffsetsTopic, a.cfg.Name)
-	old, err := store.Load(a.asItStands(ctx))
+	// A checkpoint this build cannot read stops every run, whose hint is
+	// this command: the reset replaces it, with no seq, counters or dedupe
+	// segments to carry over.
+	load := func(ctx context.Context) (*schemas.Checkpoint, error) {
+		cp, err := store.Load(ctx)
+		if errors.Is(err, offsets.ErrUnreadableCheckpoint) {
+			fmt.Fprintf(a.stdout, "the current checkpoint cannot be read (%s); the reset replaces it\n", printable(redactText(err.Error())))
+			return nil, nil
+		}
+		return cp, err
+	}
+	old, err := load(a.asItStands(ctx))
 	if err != nil {
 		return err
 	}
@@ -540,7 +551,7 @@ func cmdReset(ctx context.Context, a *cli) error {
 	// read the checkpoint the reset follows (its seq, counters and dedupe
 	// segments) from a complete view (docs/design.md, "One writer").
 	shown := old
-	if old, err = store.Load(ctx); err != nil {
+	if old, err = load(ctx); err != nil {
 		return fmt.Errorf("read the checkpoint again after fencing the connector: %w", err)
 	}
 	if (old == nil) != (shown == nil) || old != nil && old.Seq != shown.Seq {
