@@ -33,6 +33,14 @@ type Topics struct {
 	LedgerRetention time.Duration
 }
 
+// ErrTopicConfig marks a topic (or topic setting) the broker or tidemark
+// refuses, which only a change of configuration or of the topic fixes. It
+// is permanent: retrying gives the same answer.
+var ErrTopicConfig = errors.New("topic refused")
+
+// errTopicConfig wraps both ErrTopicConfig and connector.ErrPermanent.
+var errTopicConfig = fmt.Errorf("%w (%w)", ErrTopicConfig, connector.ErrPermanent)
+
 // compactOnly reports whether a cleanup.policy compacts and deletes nothing
 // by time or size ("compact,delete" also expires records).
 func compactOnly(policy string) bool {
@@ -61,7 +69,7 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, t Topics) ([]string, erro
 		if !compactOnly(cfg["cleanup.policy"]) && !t.AllowNonCompacted {
 			return fmt.Errorf("data topic %q has cleanup.policy=%s: a consumer cannot rebuild state from a non-compacted topic once old records expire; "+
 				"run `kafka-configs --alter --entity-type topics --entity-name %s --add-config cleanup.policy=compact`, or set kafka.allow_non_compacted: true to accept it: %w",
-				t.Data, cfg["cleanup.policy"], t.Data, connector.ErrPermanent)
+				t.Data, cfg["cleanup.policy"], t.Data, errTopicConfig)
 		}
 		return nil
 	})
@@ -74,16 +82,16 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, t Topics) ([]string, erro
 		"max.message.bytes": kadm.StringPtr(strconv.Itoa(1 << 20)), // above MaxBatchBytes
 	}, func(cfg map[string]string, parts int) error {
 		if parts != 1 {
-			return fmt.Errorf("offsets topic %q has %d partitions; it must have exactly 1 so that one read finds a connector's latest checkpoint; use another kafka.offsets_topic: %w", t.Offsets, parts, connector.ErrPermanent)
+			return fmt.Errorf("offsets topic %q has %d partitions; it must have exactly 1 so that one read finds a connector's latest checkpoint; use another kafka.offsets_topic: %w", t.Offsets, parts, errTopicConfig)
 		}
 		if !compactOnly(cfg["cleanup.policy"]) {
-			return fmt.Errorf("offsets topic %q has cleanup.policy=%s; checkpoints would expire and the connector would have to stop; make it compact or use another kafka.offsets_topic: %w", t.Offsets, cfg["cleanup.policy"], connector.ErrPermanent)
+			return fmt.Errorf("offsets topic %q has cleanup.policy=%s; checkpoints would expire and the connector would have to stop; make it compact or use another kafka.offsets_topic: %w", t.Offsets, cfg["cleanup.policy"], errTopicConfig)
 		}
 		if v, ok := cfg["max.message.bytes"]; ok && v != "" {
 			if n, err := strconv.Atoi(v); err == nil && n < MaxBatchBytes {
 				return fmt.Errorf("offsets topic %q has max.message.bytes=%d; tidemark writes batches of up to %d bytes there (dedupe-set segments and checkpoints), so every commit would fail: "+
 					"run `kafka-configs --alter --entity-type topics --entity-name %s --add-config max.message.bytes=%d` (or more), or use another kafka.offsets_topic: %w",
-					t.Offsets, n, MaxBatchBytes, t.Offsets, MaxBatchBytes, connector.ErrPermanent)
+					t.Offsets, n, MaxBatchBytes, t.Offsets, MaxBatchBytes, errTopicConfig)
 			}
 		}
 		return nil
@@ -104,7 +112,7 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, t Topics) ([]string, erro
 		"retention.ms":   kadm.StringPtr(strconv.FormatInt(ret.Milliseconds(), 10)),
 	}, func(cfg map[string]string, parts int) error {
 		if parts != 1 {
-			return fmt.Errorf("ledger topic %q has %d partitions; it must have exactly 1 so entries stay in commit order; use another kafka.ledger_topic: %w", t.Ledger, parts, connector.ErrPermanent)
+			return fmt.Errorf("ledger topic %q has %d partitions; it must have exactly 1 so entries stay in commit order; use another kafka.ledger_topic: %w", t.Ledger, parts, errTopicConfig)
 		}
 		return nil
 	})
@@ -148,6 +156,11 @@ func ensure(ctx context.Context, adm *kadm.Client, topic string, parts int32, rf
 	}
 	if errors.Is(err, kerr.TopicAlreadyExists) {
 		return ensure(ctx, adm, topic, parts, rf, configs, check)
+	}
+	if errors.Is(err, kerr.InvalidReplicationFactor) || errors.Is(err, kerr.InvalidPartitions) || errors.Is(err, kerr.PolicyViolation) || errors.Is(err, kerr.InvalidConfig) {
+		// The broker will refuse it again: a setting to change.
+		return "", fmt.Errorf("create topic %q with %d partitions and replication factor %d: %w; change kafka.partitions or kafka.replication_factor (-1 is the broker's default), or create the topic yourself: %w",
+			topic, parts, rf, err, errTopicConfig)
 	}
 	if err != nil {
 		return "", fmt.Errorf("create topic %q: %w", topic, classify(err))

@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/tidemark/tidemark/feed"
+	"github.com/tidemark/tidemark/producer"
 	"github.com/tidemark/tidemark/test/harness"
 )
 
@@ -808,5 +809,17 @@ func TestDocsAgreeWithCode(t *testing.T) {
 	}
 	if !strings.Contains(readme, "`make test` sets `CI=true`") {
 		t.Errorf("README does not say that make test sets CI=true")
+	}
+}
+
+// TestTopicRefusalsAreConfiguration: a topic tidemark or the broker refuses
+// (not compacted, an offsets topic of several partitions, a replication
+// factor the cluster cannot give) needs a change of configuration or of the
+// topic: exit 2, not exit 1 and "run again to resume", which a restart
+// policy would loop on.
+func TestTopicRefusalsAreConfiguration(t *testing.T) {
+	err := fmt.Errorf("ensure topics: %w", fmt.Errorf("data topic %q has cleanup.policy=delete: %w", "t", producer.ErrTopicConfig))
+	if code := exitCode(err); code != exitConfig {
+		t.Errorf("a refused topic: exit %d, want %d", code, exitConfig)
 	}
 }

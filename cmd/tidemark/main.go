@@ -17,6 +17,7 @@ import (
 
 	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/connector/postgres"
+	"github.com/tidemark/tidemark/producer"
 )
 
 // Exit codes (README.md, Exit codes).
@@ -151,7 +152,8 @@ func exitCode(err error) int {
 		return exitMismatch
 	case errors.As(err, &stop):
 		return exitDecision
-	case errors.As(err, &cfgErr), errors.Is(err, postgres.ErrBadConfig), errors.Is(err, errUsage), errors.Is(err, connector.ErrInitialLoadOpen):
+	case errors.As(err, &cfgErr), errors.Is(err, postgres.ErrBadConfig), errors.Is(err, errUsage), errors.Is(err, connector.ErrInitialLoadOpen),
+		errors.Is(err, producer.ErrTopicConfig):
 		return exitConfig
 	}
 	return exitFailure
