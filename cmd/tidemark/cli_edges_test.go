@@ -823,3 +823,15 @@ func TestTopicRefusalsAreConfiguration(t *testing.T) {
 		t.Errorf("a refused topic: exit %d, want %d", code, exitConfig)
 	}
 }
+
+// A TIDEMARK_* variable that the configuration names as a password's or an
+// auth value's (source.password_env, as the compose demo does) is not
+// "ignored": no warning names it.
+func TestCLIPasswordEnvIsNotUnknown(t *testing.T) {
+	env := map[string]string{"TIDEMARK_NAME": "t", "TIDEMARK_SOURCE_DSN": "host=127.0.0.1 port=1 dbname=d user=u", "TIDEMARK_SOURCE_TABLE": "orders",
+		"TIDEMARK_SOURCE_PASSWORD_ENV": "TIDEMARK_PG_PASSWORD", "TIDEMARK_PG_PASSWORD": "pw", "TIDEMARK_SOURCE_TABEL": "x"}
+	_, out, errOut := edgeCLI(t, env, "check")
+	if strings.Contains(out+errOut, "TIDEMARK_PG_PASSWORD sets no configuration key") || !strings.Contains(out+errOut, "TIDEMARK_SOURCE_TABEL") {
+		t.Errorf("the password variable is reported as unknown, or the misspelt one is not:\n%s%s", out, errOut)
+	}
+}

@@ -132,10 +132,18 @@ func (a *cli) unknownEnv() []*ConfigError {
 	for _, k := range ConfigKeys() {
 		names = append(names, EnvName(k))
 	}
+	// Variables the configuration names as a secret's (password_env,
+	// auth_value_env) are read, not ignored.
+	var secrets []string
+	if a.cfg != nil {
+		for _, c := range append([]*Config{a.cfg}, taskConfigs(a.cfg)...) {
+			secrets = append(secrets, c.Source.PasswordEnv, c.Source.HTTP.AuthValueEnv, c.Kafka.SASL.PasswordEnv)
+		}
+	}
 	var out []*ConfigError
 	for _, kv := range a.environ() {
 		name, _, _ := strings.Cut(kv, "=")
-		if !strings.HasPrefix(name, "TIDEMARK_") || slices.Contains(names, name) || slices.Contains(knownEnv, name) ||
+		if !strings.HasPrefix(name, "TIDEMARK_") || slices.Contains(names, name) || slices.Contains(knownEnv, name) || slices.Contains(secrets, name) ||
 			strings.HasPrefix(name, "TIDEMARK_TEST_") || strings.HasPrefix(name, "TIDEMARK_MEM_") {
 			continue
 		}
@@ -179,3 +187,14 @@ func printable(s string) string {
 
 // isHelp reports whether err is the flag set's -h/--help.
 func isHelp(err error) bool { return errors.Is(err, flag.ErrHelp) }
+
+// taskConfigs are the configurations of c's tasks.
+func taskConfigs(c *Config) []*Config {
+	var out []*Config
+	for _, t := range c.Tasks {
+		if t.Cfg != nil {
+			out = append(out, t.Cfg)
+		}
+	}
+	return out
+}
