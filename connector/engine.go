@@ -566,7 +566,10 @@ func (e *Engine) startRun(ctx context.Context) error {
 	}
 	err = e.pub.Begin(ctx)
 	if err == nil {
-		err = e.pub.Commit(context.WithoutCancel(ctx), &Commit{Ledger: b})
+		// As every commit: never cancelled in flight, but bounded.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		err = e.pub.Commit(cctx, &Commit{Ledger: b})
+		cancel()
 	}
 	if err != nil {
 		return fmt.Errorf("record the run start in the ledger: %w", err)

@@ -123,6 +123,16 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, t Topics) ([]string, erro
 }
 
 func ensure(ctx context.Context, adm *kadm.Client, topic string, parts int32, rf int16, configs map[string]*string, check func(map[string]string, int) error) (string, error) {
+	return ensureTry(ctx, adm, topic, parts, rf, configs, check, 0)
+}
+
+// ensureTries bounds how often ensure goes round between a topic it cannot
+// describe and a create the broker refuses because the topic exists: the
+// client's metadata lags a topic created meanwhile by up to several
+// seconds, and a topic being deleted stays so. 300 times 100 ms is 30 s.
+const ensureTries = 300
+
+func ensureTry(ctx context.Context, adm *kadm.Client, topic string, parts int32, rf int16, configs map[string]*string, check func(map[string]string, int) error, try int) (string, error) {
 	details, err := adm.ListTopics(ctx, topic)
 	if err != nil {
 		return "", fmt.Errorf("describe topic %q: %w", topic, classify(err))
@@ -155,7 +165,20 @@ func ensure(ctx context.Context, adm *kadm.Client, topic string, parts int32, rf
 		err = resp.Err
 	}
 	if errors.Is(err, kerr.TopicAlreadyExists) {
-		return ensure(ctx, adm, topic, parts, rf, configs, check)
+		// Created meanwhile by another process: describe it again. A topic
+		// that stays unknown yet exists (being deleted) is not waited on
+		// for ever: the caller's retry takes over, with its backoff.
+		if try+1 >= ensureTries {
+			return "", fmt.Errorf("topic %q exists but cannot be described (is it being deleted?): %w", topic, err)
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return "", ctx.Err()
+		case <-t.C:
+		}
+		return ensureTry(ctx, adm, topic, parts, rf, configs, check, try+1)
 	}
 	if errors.Is(err, kerr.InvalidReplicationFactor) || errors.Is(err, kerr.InvalidPartitions) || errors.Is(err, kerr.PolicyViolation) || errors.Is(err, kerr.InvalidConfig) {
 		// The broker will refuse it again: a setting to change.

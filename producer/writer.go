@@ -370,6 +370,10 @@ func (w *Writer) Close() { w.cl.Close() }
 // the same connection settings. Callers must not produce with it.
 func (w *Writer) Client() *kgo.Client { return w.cl }
 
+// ErrSetting marks a setting of tidemark's that the broker refuses on every
+// attempt: a configuration error (exit 2), not a transient failure.
+var ErrSetting = errors.New("a setting the broker refuses")
+
 // classify maps Kafka errors to the engine's kinds: fencing (stop, exit 4),
 // permanent (stop), or transient (retry from the checkpoint).
 //
@@ -382,6 +386,8 @@ func classify(err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, kerr.InvalidTransactionTimeout):
+		return fmt.Errorf("the broker refuses kafka.transaction_timeout: it is above the broker's transaction.max.timeout.ms (15m by default); lower it: %w (%w): %w", ErrSetting, connector.ErrPermanent, err)
 	case errors.Is(err, kerr.InvalidProducerEpoch), errors.Is(err, kerr.TransactionAbortable):
 		return fmt.Errorf("the broker aborted the open transaction (it outlived kafka.transaction_timeout, or another instance took over; recovering decides which): %w", err)
 	case errors.Is(err, kerr.ProducerFenced),

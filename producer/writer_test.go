@@ -413,3 +413,14 @@ func TestAFencedSessionCannotEndATransaction(t *testing.T) {
 		t.Errorf("read_committed holds %d keys %v; want only new-1", len(st.Live), st.Live)
 	}
 }
+
+// TestTransactionTimeoutAboveTheBrokersMaximum: the broker refuses a
+// transaction timeout above its transaction.max.timeout.ms on every
+// attempt: a configuration error naming the key, not a transient failure
+// waited on for ever at start-up.
+func TestTransactionTimeoutAboveTheBrokersMaximum(t *testing.T) {
+	err := producer.ClassifyRecover(kerr.InvalidTransactionTimeout)
+	if !errors.Is(err, producer.ErrSetting) || !errors.Is(err, connector.ErrPermanent) || !strings.Contains(err.Error(), "kafka.transaction_timeout") {
+		t.Errorf("INVALID_TRANSACTION_TIMEOUT: %v; want a permanent setting error naming kafka.transaction_timeout", err)
+	}
+}

@@ -153,7 +153,7 @@ func exitCode(err error) int {
 	case errors.As(err, &stop):
 		return exitDecision
 	case errors.As(err, &cfgErr), errors.Is(err, postgres.ErrBadConfig), errors.Is(err, errUsage), errors.Is(err, connector.ErrInitialLoadOpen),
-		errors.Is(err, producer.ErrTopicConfig):
+		errors.Is(err, producer.ErrTopicConfig), errors.Is(err, producer.ErrSetting):
 		return exitConfig
 	}
 	return exitFailure
