@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/schemas"
 )
 
@@ -35,7 +36,7 @@ func (k key) time() time.Time { return schemas.FromMicros(k.micros) }
 // checkpoint written for another source.
 func decodeCursor(c string, idKind idKind) (key, error) {
 	bad := func(why string) (key, error) {
-		return key{}, fmt.Errorf("cursor %q from the checkpoint is not a PostgreSQL-source cursor (%s); it was written by another source or corrupted: reset the connector rather than guess a position", c, why)
+		return key{}, badCheckpoint(fmt.Errorf("cursor %q from the checkpoint is not a PostgreSQL-source cursor (%s); it was written by another source or corrupted", c, why))
 	}
 	rest, ok := strings.CutPrefix(c, cursorPrefix)
 	if !ok {
@@ -53,6 +54,17 @@ func decodeCursor(c string, idKind idKind) (key, error) {
 		return bad(err.Error())
 	}
 	return key{micros: us, id: id}, nil
+}
+
+// badCheckpoint is a safety stop for a cursor or key range the checkpoint
+// holds that this table cannot use: a retry reads the same checkpoint, so
+// it would fail the same way for ever (docs/design.md, "Safety stops").
+func badCheckpoint(err error) error {
+	return &connector.StopError{
+		Reason: "the checkpoint's position does not fit the source table",
+		Hint:   "the id column's type may have changed, or the checkpoint was written for another table or source; inspect it with `tidemark status`, then `tidemark reset` (which publishes every row again) rather than guess a position",
+		Err:    err,
+	}
 }
 
 // idKind is the id column's type, from the whitelist in docs/design.md, "Source table requirements". It

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -243,8 +244,13 @@ func TestMarksSettle(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"nonsense", "x2:100", "x2:100@", "x1:100@16384", "x2:-1@1"} {
-		if _, _, err := s.marks(context.Background(), sh, connector.PageRequest{Mark: mk(1), Settle: bad}); err == nil {
-			t.Errorf("settle mark %q accepted", bad)
+		_, _, err := s.marks(context.Background(), sh, connector.PageRequest{Mark: mk(1), Settle: bad})
+		if stop := (*connector.StopError)(nil); !errors.As(err, &stop) {
+			t.Errorf("settle mark %q: %v is not a safety stop (a retry reads the same checkpoint)", bad, err)
+		}
+		_, _, err = s.marks(context.Background(), sh, connector.PageRequest{Mark: mk(1), Skip: bad})
+		if stop := (*connector.StopError)(nil); !errors.As(err, &stop) {
+			t.Errorf("skip mark %q: %v is not a safety stop", bad, err)
 		}
 	}
 }
@@ -339,6 +345,8 @@ func TestMarkFormats(t *testing.T) {
 	for _, bad := range []string{"x3:7@16384,abc", "x3:7@", "x3:7@-1", "x3:7@016384"} {
 		if _, _, err := parseMark(bad); err == nil {
 			t.Errorf("mark %q accepted", bad)
+		} else if stop := (*connector.StopError)(nil); !errors.As(err, &stop) {
+			t.Errorf("mark %q: %v is not a safety stop", bad, err)
 		}
 	}
 }

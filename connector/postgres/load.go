@@ -46,7 +46,7 @@ func (s *Source) loadPage(ctx context.Context, q querier, req connector.LoadRequ
 	if req.Cursor != "" {
 		var ok bool
 		if after, ok = strings.CutPrefix(req.Cursor, loadCursorPrefix); !ok {
-			return connector.Page{}, fmt.Errorf("load cursor %q from the checkpoint is not a PostgreSQL-source load cursor; reset the connector rather than guess", req.Cursor)
+			return connector.Page{}, badCheckpoint(fmt.Errorf("load cursor %q from the checkpoint is not a PostgreSQL-source load cursor", req.Cursor))
 		}
 	}
 	v, args := 0, make([]any, 0, 4)
@@ -63,7 +63,7 @@ func (s *Source) loadPage(ctx context.Context, q querier, req connector.LoadRequ
 			continue
 		}
 		if err := sh.tbl.idKind.validate(b.id); err != nil {
-			return connector.Page{}, fmt.Errorf("key range %s %q from the checkpoint: %w", b.what, b.id, err)
+			return connector.Page{}, badCheckpoint(fmt.Errorf("key range %s %q from the checkpoint: %w", b.what, b.id, err))
 		}
 		v |= b.bit
 		args = append(args, b.id)

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -154,6 +155,20 @@ func TestLoadFilterDeletesAndBadCursor(t *testing.T) {
 	_, err = src.LoadPage(context.Background(), connector.LoadRequest{Cursor: "v1:123:4", Limit: 10})
 	if err == nil || !strings.Contains(err.Error(), "not a PostgreSQL-source load cursor") {
 		t.Errorf("a pass cursor as a load cursor: %v", err)
+	}
+	// A checkpoint's cursor or range that does not fit the id column (its
+	// type changed while the load was open, or the checkpoint is damaged)
+	// cannot be fixed by a retry: a safety stop (exit 3) each time.
+	for _, req := range []connector.LoadRequest{
+		{Cursor: "v1:123:4", Limit: 10},
+		{Cursor: "i:abc", Limit: 10},
+		{Range: connector.KeyRange{Lo: "x", Hi: "20"}, Limit: 10},
+		{Range: connector.KeyRange{Hi: "1.5"}, Limit: 10},
+	} {
+		_, err := src.LoadPage(context.Background(), req)
+		if stop := (*connector.StopError)(nil); !errors.As(err, &stop) {
+			t.Errorf("load request %+v: %v (%T) is not a safety stop", req, err, err)
+		}
 	}
 }
 

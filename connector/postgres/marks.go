@@ -120,14 +120,14 @@ func parseMark(m string) (int64, relation, error) {
 	case strings.HasPrefix(m, markPrefix), strings.HasPrefix(m, markPrefixV2):
 		var found bool
 		if xs, name, found = strings.Cut(m[len(markPrefix):], "@"); !found || name == "" {
-			return 0, rel, fmt.Errorf("mark %q from the checkpoint names no relation; reset the connector rather than guess", m)
+			return 0, rel, badCheckpoint(fmt.Errorf("mark %q from the checkpoint names no relation", m))
 		}
 		if strings.HasPrefix(m, markPrefixV2) {
 			rel.digest = name
 		} else {
 			for o := range strings.SplitSeq(name, ",") {
 				if n, err := strconv.ParseUint(o, 10, 32); err != nil || strconv.FormatUint(n, 10) != o {
-					return 0, rel, fmt.Errorf("mark %q from the checkpoint lists %q, not a relation oid; reset the connector rather than guess", m, o)
+					return 0, rel, badCheckpoint(fmt.Errorf("mark %q from the checkpoint lists %q, not a relation oid", m, o))
 				}
 			}
 			rel = relationOf(name)
@@ -135,12 +135,12 @@ func parseMark(m string) (int64, relation, error) {
 	default:
 		var ok bool
 		if xs, ok = strings.CutPrefix(m, markPrefixV1); !ok {
-			return 0, rel, fmt.Errorf("mark %q from the checkpoint is not a PostgreSQL-source mark; it was written by another source or corrupted: reset the connector rather than guess", m)
+			return 0, rel, badCheckpoint(fmt.Errorf("mark %q from the checkpoint is not a PostgreSQL-source mark; it was written by another source or corrupted", m))
 		}
 	}
 	x, err := strconv.ParseInt(xs, 10, 64)
 	if err != nil || x < 0 || strconv.FormatInt(x, 10) != xs {
-		return 0, rel, fmt.Errorf("mark %q from the checkpoint is not a transaction id; reset the connector rather than guess", m)
+		return 0, rel, badCheckpoint(fmt.Errorf("mark %q from the checkpoint is not a transaction id", m))
 	}
 	return x, rel, nil
 }

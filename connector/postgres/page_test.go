@@ -235,6 +235,11 @@ func TestPageMalformedCursor(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("cursor %q from the checkpoint is not a PostgreSQL-source cursor", c)) {
 			t.Errorf("cursor %q: err %v", c, err)
 		}
+		// A retry cannot fix a checkpoint's cursor: a safety stop (exit
+		// 3), not a failure retried for ever.
+		if stop := (*connector.StopError)(nil); !errors.As(err, &stop) {
+			t.Errorf("cursor %q: %T is not a safety stop", c, err)
+		}
 	}
 	// A well-formed cursor works and resumes after its key.
 	p, err := src.Page(context.Background(), connector.PageRequest{Cursor: fmt.Sprintf("v1:%d:0", t0.UnixMicro()), Limit: 10})
