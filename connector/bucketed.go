@@ -73,7 +73,7 @@ type bucketed struct {
 	// Counts of the target's records per bucket: the totals, and those of
 	// the current fold (dropped with their buckets when the fold shrinks).
 	records, tombstones, duplicate [Buckets]int64
-	backwards, unchecked           [Buckets]int64
+	backwards, unchecked, undated  [Buckets]int64
 	backKeys                       []string // the smallest keys with a record back in time
 	pass                           [Buckets]passCounts
 	groups                         []group
@@ -82,7 +82,7 @@ type bucketed struct {
 	sel                            [Buckets]bool
 }
 
-type passCounts struct{ records, tombstones, duplicate, backwards, unchecked int64 }
+type passCounts struct{ records, tombstones, duplicate, backwards, unchecked, undated int64 }
 
 // sumPasses adds phase 1's per-bucket target counts to the stats.
 func (c *bucketed) sumPasses() {
@@ -92,6 +92,7 @@ func (c *bucketed) sumPasses() {
 		c.stats.Duplicates += c.duplicate[b]
 		c.stats.Backwards += c.backwards[b]
 		c.stats.Unchecked += c.unchecked[b]
+		c.stats.Undated += c.undated[b]
 	}
 	c.stats.BackwardsSample = c.backSample()
 }
@@ -116,7 +117,7 @@ func (c *bucketed) run(ctx context.Context, parts []Part) (CompareStats, error) 
 	}()
 	openView := func() error {
 		st := TopicStats{Records: c.stats.Records, Tombstones: c.stats.Tombstones, Duplicates: c.stats.Duplicates, Backwards: c.stats.Backwards,
-			Unchecked: c.stats.Unchecked, BackwardsSample: c.stats.BackwardsSample, Misplaced: misplaced(c.pin), CutShort: cutShort(c.pin), End: c.pin.End()}
+			Unchecked: c.stats.Unchecked, BackwardsSample: c.stats.BackwardsSample, Undated: c.stats.Undated, Misplaced: misplaced(c.pin), CutShort: cutShort(c.pin), End: c.pin.End()}
 		if err := c.f.TargetRead(st); err != nil {
 			return err
 		}
@@ -251,7 +252,7 @@ func (c *bucketed) fold(ctx context.Context, parts []int32, lo, hi int) (int, er
 		if value == nil {
 			pc.tombstones++
 		}
-		back, unchecked := c.tf.Stats.Backwards, c.tf.Stats.Unchecked
+		back, unchecked, undated := c.tf.Stats.Backwards, c.tf.Stats.Unchecked, c.tf.Stats.Undated
 		dup, err := c.tf.Add(key, value, at)
 		if err != nil {
 			return err
@@ -261,6 +262,7 @@ func (c *bucketed) fold(ctx context.Context, parts []int32, lo, hi int) (int, er
 		}
 		pc.backwards += c.tf.Stats.Backwards - back
 		pc.unchecked += c.tf.Stats.Unchecked - unchecked
+		pc.undated += c.tf.Stats.Undated - undated
 		if c.limit > 0 && c.tf.Len() > c.limit && hi-lo > 1 {
 			mid := lo + (hi-lo)/2
 			c.tf.Filter(func(k string) bool { return Bucket(k) < mid })
@@ -303,6 +305,7 @@ func (c *bucketed) fold(ctx context.Context, parts []int32, lo, hi int) (int, er
 		c.duplicate[b] += c.pass[b].duplicate
 		c.backwards[b] += c.pass[b].backwards
 		c.unchecked[b] += c.pass[b].unchecked
+		c.undated[b] += c.pass[b].undated
 	}
 	for _, k := range c.tf.BackwardsSample() {
 		if !slices.Contains(c.backKeys, k) { // a misplaced key is in two partitions

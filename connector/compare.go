@@ -133,6 +133,9 @@ type CompareStats struct {
 	Records, Tombstones, Duplicates int64
 	Backwards, Unchecked            int64
 	BackwardsSample                 []string
+	// Undated are target records without a readable updated_at header
+	// (see TopicStats).
+	Undated int64
 	// Misplaced are target records outside their key's partition (see
 	// TopicStats).
 	Misplaced int64
@@ -256,7 +259,7 @@ func compareInMemory(ctx context.Context, src LiveScanner, target TopicView, f C
 // compareWith streams the source past the target's live keys.
 func compareWith(ctx context.Context, src LiveScanner, live *KeySet, st TopicStats, f CompareFuncs) (CompareStats, error) {
 	cs := CompareStats{TargetKeys: int64(live.Len()), Records: st.Records, Tombstones: st.Tombstones, Duplicates: st.Duplicates,
-		Backwards: st.Backwards, Unchecked: st.Unchecked, BackwardsSample: st.BackwardsSample, Misplaced: st.Misplaced, CutShort: st.CutShort, End: st.End}
+		Backwards: st.Backwards, Unchecked: st.Unchecked, BackwardsSample: st.BackwardsSample, Undated: st.Undated, Misplaced: st.Misplaced, CutShort: st.CutShort, End: st.End}
 	if err := f.TargetRead(st); err != nil {
 		return cs, err
 	}

@@ -39,6 +39,11 @@ type TopicStats struct {
 	// whose keys were past the recheck budget: not checked for repeats.
 	Backwards, Unchecked int64
 	BackwardsSample      []string
+	// Undated are records without an updated_at header that reads as a
+	// time (tidemark writes one on every record): the repeat checks
+	// cannot place them, so a repeat of their key's version around them
+	// can go unseen (A, X, A).
+	Undated int64
 	// Misplaced are records in a partition their key does not hash to (a
 	// changed partition count; see fold.Pinned.Misplaced); 0 when the
 	// reader cannot tell.
@@ -112,6 +117,9 @@ func NewTopicFold(n int) *TopicFold {
 func (f *TopicFold) Add(key, value, updatedAt []byte) (dup bool, err error) {
 	f.Stats.Records++
 	at := headerTime(updatedAt)
+	if at == noTime {
+		f.Stats.Undated++
+	}
 	var newest int64
 	if value == nil {
 		f.Stats.Tombstones++

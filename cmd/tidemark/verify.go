@@ -109,7 +109,8 @@ func cmdVerify(ctx context.Context, a *cli) error {
 	}
 	a.log.Info("verify finished", "ok", rep.OK(), "missing", rep.Missing, "extra", rep.Extra, "mismatched", rep.Mismatched,
 		"duplicate_publications", rep.Duplicates, "records_back_in_time", rep.Backwards, "back_in_time_unchecked", rep.Unchecked,
-		"misplaced_records", rep.Misplaced, "source_rows", rep.SourceRows, "live_keys", rep.LiveKeys)
+		"records_without_updated_at", rep.Undated, "misplaced_records", rep.Misplaced, "partitions_cut_short", rep.CutShort,
+		"source_rows", rep.SourceRows, "live_keys", rep.LiveKeys)
 	if a.jsonOut {
 		b, _ := json.MarshalIndent(struct {
 			*verify.Report
@@ -120,8 +121,8 @@ func cmdVerify(ctx context.Context, a *cli) error {
 		fmt.Fprint(a.stdout, rep.Text())
 	}
 	if !rep.OK() {
-		return fmt.Errorf("%w: %d missing, %d extra, %d mismatched, %d duplicate publications, %d records back in time not checked for repeats, %d records outside their key's partition",
-			errMismatch, rep.Missing, rep.Extra, rep.Mismatched, rep.Duplicates, rep.Unchecked, rep.Misplaced)
+		return fmt.Errorf("%w: %d missing, %d extra, %d mismatched, %d duplicate publications, %d records back in time not checked for repeats, %d records without an updated_at header, %d records outside their key's partition, %d partitions whose view was cut short by an open transaction",
+			errMismatch, rep.Missing, rep.Extra, rep.Mismatched, rep.Duplicates, rep.Unchecked, rep.Undated, rep.Misplaced, rep.CutShort)
 	}
 	return nil
 }
