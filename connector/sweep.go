@@ -40,9 +40,10 @@ type TopicStats struct {
 	Backwards, Unchecked int64
 	BackwardsSample      []string
 	// Undated are records without an updated_at header that reads as a
-	// time (tidemark writes one on every record): the repeat checks
-	// cannot place them, so a repeat of their key's version around them
-	// can go unseen (A, X, A).
+	// time: tidemark writes one on every record, so another producer
+	// wrote them. Such a record is compared by its value alone; the
+	// version published after it (A, X, A: the sweep's repair of a key
+	// another producer overwrote) is not a repeat of it.
 	Undated int64
 	// Misplaced are records in a partition their key does not hash to (a
 	// changed partition count; see fold.Pinned.Misplaced); 0 when the

@@ -121,8 +121,8 @@ func cmdVerify(ctx context.Context, a *cli) error {
 		fmt.Fprint(a.stdout, rep.Text())
 	}
 	if !rep.OK() {
-		return fmt.Errorf("%w: %d missing, %d extra, %d mismatched, %d duplicate publications, %d records back in time not checked for repeats, %d records without an updated_at header, %d records outside their key's partition, %d partitions whose view was cut short by an open transaction",
-			errMismatch, rep.Missing, rep.Extra, rep.Mismatched, rep.Duplicates, rep.Unchecked, rep.Undated, rep.Misplaced, rep.CutShort)
+		return fmt.Errorf("%w: %d missing, %d extra, %d mismatched, %d duplicate publications, %d records back in time not checked for repeats, %d records outside their key's partition, %d partitions whose view was cut short by an open transaction",
+			errMismatch, rep.Missing, rep.Extra, rep.Mismatched, rep.Duplicates, rep.Unchecked, rep.Misplaced, rep.CutShort)
 	}
 	return nil
 }
