@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -17,4 +18,12 @@ func TimesQuery(ctx context.Context, pool *pgxpool.Pool, cfg Config) (string, er
 		return "", err
 	}
 	return timesQuery(cfg, t), nil
+}
+
+// SetSessionWait sets how long SnapshotSessions waits for each session
+// after its first, and returns a func that restores it.
+func SetSessionWait(d time.Duration) (restore func()) {
+	old := sessionWait
+	sessionWait = d
+	return func() { sessionWait = old }
 }

@@ -8,6 +8,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/connector/postgres"
@@ -261,4 +264,75 @@ func TestLoadWorkersNeedThePool(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "pool_max_conns") || !strings.Contains(err.Error(), "sync.load_workers") {
 		t.Fatalf("got %v", err)
 	}
+}
+
+// TestSnapshotSessionsDoNotHoldAndWait: tasks that share one pool (one
+// DSN with pool_max_conns) each take the sessions of a consistent load's
+// snapshot one at a time. Two of them that both hold some and wait for
+// more wait for ever. A snapshot that cannot get its next session within
+// the wait gives back the ones it holds and fails (the engine retries
+// the pass), naming the pool; it got all of them once the others were
+// free.
+func TestSnapshotSessionsDoNotHoldAndWait(t *testing.T) {
+	defer postgres.SetSessionWait(300 * time.Millisecond)()
+	db := harness.NewDB(t)
+	db.Exec(t, `CREATE TABLE items (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)`)
+	db.Exec(t, `INSERT INTO items SELECT g, now() FROM generate_series(1, 100) g`)
+	ctx := context.Background()
+	pc, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns = 5
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	cfg := config(db, "items")
+	cfg.LoadWorkers = 3
+	src, err := postgres.NewOnPool(ctx, cfg, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another task's snapshot, part way: three of the five sessions.
+	var held []*pgxpool.Conn
+	for range 3 {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	done := make(chan error, 1)
+	go func() {
+		snap, err := src.SnapshotSessions(ctx, 3)
+		if err == nil {
+			snap.Close(ctx)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "pool_max_conns") {
+			t.Errorf("three sessions from a pool with two free: %v; want an error naming pool_max_conns", err)
+		}
+	case <-time.After(10 * time.Second):
+		for _, c := range held {
+			c.Release()
+		}
+		<-done
+		t.Fatal("SnapshotSessions still waited, holding the sessions it took, 10s on (until the other task's were given back)")
+	}
+	if n := pool.Stat().AcquiredConns(); n != 3 {
+		t.Errorf("%d connections acquired after the failed snapshot, want the other task's 3 (it gave its own back)", n)
+	}
+	for _, c := range held {
+		c.Release()
+	}
+	snap, err := src.SnapshotSessions(ctx, 3)
+	if err != nil {
+		t.Fatalf("three sessions from a free pool: %v", err)
+	}
+	snap.Close(ctx)
 }

@@ -46,6 +46,10 @@ func (s *Source) Snapshot(ctx context.Context) (connector.SnapshotSource, error)
 // first transaction's start time (now()), which is no later than the
 // moment the snapshot was taken. Close it when done; it holds n
 // connections and, while open, holds back vacuum.
+// sessionWait is how long SnapshotSessions waits for each session after
+// its first.
+var sessionWait = 10 * time.Second
+
 func (s *Source) SnapshotSessions(ctx context.Context, n int) (connector.SnapshotSource, error) {
 	n = max(n, 1)
 	// A view of the table as it is: with its current columns
@@ -61,7 +65,23 @@ func (s *Source) SnapshotSessions(ctx context.Context, n int) (connector.Snapsho
 		return nil, err
 	}
 	begin := func() (*session, error) {
-		conn, err := s.pool.Acquire(ctx)
+		// The first session holds nothing yet. Each later one waits at
+		// most sessionWait while the sessions already taken are held:
+		// sources that share a pool (tables of one DSN with
+		// pool_max_conns) would otherwise each hold some and wait for
+		// the others' for ever. Giving them back (fail) and retrying
+		// the pass breaks the wait.
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if len(sn.sessions) > 0 {
+			actx, cancel = context.WithTimeout(ctx, sessionWait)
+		}
+		conn, err := s.pool.Acquire(actx)
+		cancel()
+		if err != nil && ctx.Err() == nil && actx.Err() != nil {
+			st := s.pool.Stat()
+			return nil, fmt.Errorf("snapshot: session %d of %d: no connection free in the pool within %s (%d of %d in use, by this load and the other tables sharing the pool): gave back the %d taken and will try again; raise pool_max_conns to at least the sum of the tables' sync.load_workers + 2, or lower sync.load_workers",
+				len(sn.sessions)+1, n, sessionWait, st.AcquiredConns(), st.MaxConns(), len(sn.sessions))
+		}
 		if err != nil {
 			return nil, fmt.Errorf("snapshot: connect: %w", err)
 		}
