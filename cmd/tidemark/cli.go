@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -222,7 +223,7 @@ func (a *cli) kafkaOpts() ([]kgo.Opt, error) {
 		a.closers = append(a.closers, emb.Close)
 		brokers = addrs
 	} else if a.serve { // `run` only: see tuneGC
-		tuneGC()
+		tuneGC(a.cfg)
 	}
 	sec, err := a.securityOpts() // kafka.tls.*, kafka.sasl.* (security.go)
 	if err != nil {
@@ -387,16 +388,64 @@ func (a *cli) sweepMaxKeys() int {
 // collections (GOGC=300) unless GOGC is set: the live heap of a connector is
 // small (a transaction's records and the dedupe set; about 30 MiB in make
 // bench), and collecting at 2x cost a quarter of an initial load's CPU. A
-// soft limit of 256 MiB (unless GOMEMLIMIT is set) keeps a scheduled sweep's
-// key set from being multiplied too. Not with the embedded broker, whose heap
+// soft limit (unless GOMEMLIMIT is set; memoryLimit) keeps a scheduled
+// sweep's key set from being multiplied too. Not with the embedded broker, whose heap
 // holds the whole topic.
-func tuneGC() {
+func tuneGC(c *Config) {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(300)
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(256 << 20)
+		debug.SetMemoryLimit(memoryLimit(c, containerMemory()))
 	}
+}
+
+// containerMemory is the memory limit of the process's cgroup (v2:
+// /sys/fs/cgroup/memory.max), or 0 when there is none or it cannot be read.
+func containerMemory() int64 {
+	b, err := os.ReadFile("/sys/fs/cgroup/memory.max")
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil { // "max": no limit
+		return 0
+	}
+	return n
+}
+
+// memoryLimit is run's soft memory limit: 256 MiB for the connector's own
+// working set, plus the key set of each sweep the process may run, each
+// task's sweep.max_keys_in_memory keys at 64 bytes (56 measured; see
+// docs/deletes.md, "Memory limits"), so that a sweep filling its budget
+// does not keep the collector running (a limit of 256 MiB in all sat just
+// above the default budget's 212 MiB). In a container (container > 0) it
+// stays below 80% of the container's limit: collecting more often beats
+// being killed.
+func memoryLimit(c *Config, container int64) int64 {
+	lim := sweepMemory(c)
+	if container > 0 {
+		lim = min(lim, container/5*4)
+	}
+	return lim
+}
+
+func sweepMemory(c *Config) int64 {
+	const base, perKey = 256 << 20, 64
+	budget := func(n int) int64 {
+		if n <= 0 { // 0, always by buckets: counted as the default
+			n = connector.DefaultMaxKeysInMemory
+		}
+		return int64(n) * perKey
+	}
+	if len(c.Tasks) == 0 {
+		return base + budget(c.Sweep.MaxKeysInMemory)
+	}
+	lim := int64(base)
+	for _, t := range c.Tasks {
+		lim += budget(t.Cfg.Sweep.MaxKeysInMemory)
+	}
+	return lim
 }
 
 func (a *cli) ledgerTopic() string { return a.cfg.Kafka.LedgerTopic }

@@ -985,3 +985,32 @@ func TestGroupTimeoutsWithinClientLimits(t *testing.T) {
 		cl.Close()
 	}
 }
+
+// TestMemoryLimitLeavesRoomForTheSweep: run's soft memory limit leaves
+// room for the key set of each sweep the process may run
+// (sweep.max_keys_in_memory keys of about 56 bytes each) above the
+// connector's own 256 MiB. A limit of 256 MiB in all sat just above the
+// default budget's 212 MiB: a sweep that filled its budget left the
+// collector running all the time.
+func TestMemoryLimitLeavesRoomForTheSweep(t *testing.T) {
+	const mib = 1 << 20
+	one := mustLoad(t, writeConfig(t, minimal), nil)
+	if got, min := memoryLimit(one, 0), int64(256*mib+4_000_000*56); got < min {
+		t.Errorf("default budget: limit %d MiB, want at least %d MiB", got/mib, min/mib)
+	}
+	small := mustLoad(t, writeConfig(t, minimal), nil, "sweep.max_keys_in_memory=100000")
+	if got := memoryLimit(small, 0); got > 300*mib {
+		t.Errorf("a budget of 100000 keys: limit %d MiB, want about 256 + 6", got/mib)
+	}
+	tables := mustLoad(t, writeConfig(t, tablesConfig), nil)
+	if got, min := memoryLimit(tables, 0), int64(256*mib+int64(len(tables.Tasks))*4_000_000*56); got < min {
+		t.Errorf("%d tables: limit %d MiB, want at least %d MiB (each task may sweep)", len(tables.Tasks), got/mib, min/mib)
+	}
+	// In a container of 512 MiB (deploy/kubernetes): 80% of it.
+	if got := memoryLimit(one, 512*mib); got != 512*mib/5*4 {
+		t.Errorf("in a 512 MiB container: limit %d MiB, want 409", got/mib)
+	}
+	if got := memoryLimit(small, 4096*mib); got > 300*mib {
+		t.Errorf("a small budget in a large container: limit %d MiB, want about 262", got/mib)
+	}
+}
