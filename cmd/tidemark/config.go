@@ -864,10 +864,29 @@ func (c *Config) Warnings() []string {
 		w = append(w, fmt.Sprintf("sync.margin %s is long: every pass re-reads every row changed in the last %s (deduplicated, but read)", d, d))
 	}
 	w = append(w, c.notifyWarnings()...) // notify.go
+	if s := c.Source; s.Kind == "http" {
+		if u, err := url.Parse(s.DSN); err == nil && u.Scheme == "http" && (s.HTTP.AuthHeader != "" || u.User != nil) && !loopbackHost(u.Hostname()) {
+			what := "the " + s.HTTP.AuthHeader + " header (source.http.auth_header)"
+			if s.HTTP.AuthHeader == "" {
+				what = "the URL's user name and password (sent as basic auth)"
+			}
+			w = append(w, fmt.Sprintf("source.dsn is plain http to %s: %s crosses the network unencrypted on every request; use https", u.Hostname(), what))
+		}
+	}
 	if len(c.Tasks) == 0 && c.Kafka.TopicPrefix != "" {
 		w = append(w, "kafka.topic_prefix is ignored: it names the topics of a tables: list, and this configuration has one table (kafka.topic)")
 	}
 	return w
+}
+
+// loopbackHost reports whether host names this machine's loopback
+// interface (localhost, 127.0.0.0/8, ::1).
+func loopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // problems collects validation errors.

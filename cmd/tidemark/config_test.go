@@ -1014,3 +1014,36 @@ func TestMemoryLimitLeavesRoomForTheSweep(t *testing.T) {
 		t.Errorf("a small budget in a large container: limit %d MiB, want about 262", got/mib)
 	}
 }
+
+// TestPlainHTTPCredentialWarned: a changes API credential (an auth header,
+// or the URL's user, which is sent as basic auth) over plain http to
+// another host crosses the network readable; it is warned of at start.
+// Over https, or to a loopback address, it is not.
+func TestPlainHTTPCredentialWarned(t *testing.T) {
+	for _, tc := range []struct {
+		dsn, auth string
+		warn      bool
+	}{
+		{"http://api.example.com/v1/changes", "Authorization", true},
+		{"http://key@api.example.com/v1/changes", "", true},
+		{"http://10.1.2.3:8080/v1/changes", "X-Api-Key", true},
+		{"https://api.example.com/v1/changes", "Authorization", false},
+		{"http://api.example.com/v1/changes", "", false},
+		{"http://127.0.0.1:8080/v1/changes", "Authorization", false},
+		{"http://localhost:8080/v1/changes", "Authorization", false},
+		{"http://[::1]:8080/v1/changes", "Authorization", false},
+	} {
+		text := "name: api\nsource:\n  kind: http\n  dsn: " + tc.dsn + "\n"
+		if tc.auth != "" {
+			text += "  http:\n    auth_header: " + tc.auth + "\n    auth_value_env: API_KEY\n"
+		}
+		c := mustLoad(t, writeConfig(t, text+"kafka:\n  topic: things\n"), nil)
+		got := strings.Join(c.Warnings(), "\n")
+		if tc.warn != strings.Contains(got, "plain http") {
+			t.Errorf("%s (auth header %q): warnings %q; want a plain-http warning: %v", tc.dsn, tc.auth, got, tc.warn)
+		}
+		if strings.Contains(got, "key@") {
+			t.Errorf("%s: the warning shows the URL's user: %q", tc.dsn, got)
+		}
+	}
+}
