@@ -149,3 +149,25 @@ func TestCLIRowLevelSecurityExit2(t *testing.T) {
 		t.Errorf("check without CONNECT on the database: exit %d, want 2 naming GRANT CONNECT\n%s%s", code, out, errOut)
 	}
 }
+
+// TestCLICheckFailsOnAChangedConfiguration: after a run, a configuration
+// whose fingerprint differs from the checkpoint's is a fail finding, and
+// check exits as run would (3), not 0 with "preflight passed": a CI gate
+// on check let the run through to its safety stop.
+func TestCLICheckFailsOnAChangedConfiguration(t *testing.T) {
+	w := newCLIWorld(t)
+	ctx := context.Background()
+	cfg := w.config("tidemark.yaml", "items", "")
+	if code, out, errOut := w.cli(ctx, "run", "--once", "--config", cfg); code != exitOK {
+		t.Fatalf("run --once: exit %d\n%s\n%s", code, out, errOut)
+	}
+	changed := w.config("changed.yaml", "items", "  filter: id > 0\n")
+	code, out, errOut := w.cli(ctx, "check", "--config", changed)
+	if code != exitDecision || strings.Contains(out, "preflight passed") || !strings.Contains(out+errOut, "source.filter") {
+		t.Errorf("check of a changed configuration: exit %d, want %d, naming source.filter\n%s\n%s", code, exitDecision, out, errOut)
+	}
+	code, out, _ = w.cli(ctx, "check", "--config", changed, "--json")
+	if objs := checkJSON(t, out); code != exitDecision || len(objs) != 1 || objs[0]["ok"] != false {
+		t.Errorf("check --json of a changed configuration: exit %d\n%s", code, out)
+	}
+}

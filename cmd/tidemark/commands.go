@@ -338,8 +338,16 @@ func (a *cli) check(ctx context.Context, rep *checkReport) error {
 	case cp == nil:
 		rep.add(postgres.OK, "checkpoint", "none yet: the first run starts a fresh initial load")
 	case cp.Fingerprint != sum:
-		rep.add(postgres.Fail, "checkpoint", fmt.Sprintf("the configuration changed since the checkpoint: %s; run would stop (exit 3)",
-			strings.Join(DiffFingerprint(cp.FingerprintFields, fields), "; ")))
+		changes := strings.Join(DiffFingerprint(cp.FingerprintFields, fields), "; ")
+		rep.add(postgres.Fail, "checkpoint", fmt.Sprintf("the configuration changed since the checkpoint: %s; run would stop (exit 3)", changes))
+		if perr == nil {
+			// Exit as run would: a gate on check must not pass a
+			// configuration run refuses.
+			perr = &connector.StopError{
+				Reason: "the configuration changed since the checkpoint: " + changes,
+				Hint:   fmt.Sprintf("restore the previous configuration, use a new connector name for a new data set, or run `tidemark reset --config FILE` to start connector %q over", a.cfg.Name),
+			}
+		}
 	default:
 		rep.add(postgres.OK, "checkpoint", fmt.Sprintf("seq %d, phase %s, watermark %s", cp.Seq, cp.Phase, orInf(cp.Watermark)))
 	}
