@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -32,6 +33,10 @@ type session struct {
 
 var _ connector.SnapshotSource = (*Snapshot)(nil)
 
+// sessionWait is how long SnapshotSessions waits for each session after
+// its first.
+var sessionWait = 10 * time.Second
+
 // Snapshot starts a consistent view for an initial load on one session
 // (docs/design.md, "The walk" and "Watermark", consistent mode); see
 // SnapshotSessions.
@@ -46,10 +51,6 @@ func (s *Source) Snapshot(ctx context.Context) (connector.SnapshotSource, error)
 // first transaction's start time (now()), which is no later than the
 // moment the snapshot was taken. Close it when done; it holds n
 // connections and, while open, holds back vacuum.
-// sessionWait is how long SnapshotSessions waits for each session after
-// its first.
-var sessionWait = 10 * time.Second
-
 func (s *Source) SnapshotSessions(ctx context.Context, n int) (connector.SnapshotSource, error) {
 	n = max(n, 1)
 	// A view of the table as it is: with its current columns
@@ -76,8 +77,9 @@ func (s *Source) SnapshotSessions(ctx context.Context, n int) (connector.Snapsho
 			actx, cancel = context.WithTimeout(ctx, sessionWait)
 		}
 		conn, err := s.pool.Acquire(actx)
+		waited := errors.Is(actx.Err(), context.DeadlineExceeded) // before cancel, which sets Err too
 		cancel()
-		if err != nil && ctx.Err() == nil && actx.Err() != nil {
+		if err != nil && ctx.Err() == nil && waited {
 			st := s.pool.Stat()
 			return nil, fmt.Errorf("snapshot: session %d of %d: no connection free in the pool within %s (%d of %d in use, by this load and the other tables sharing the pool): gave back the %d taken and will try again; raise pool_max_conns to at least the sum of the tables' sync.load_workers + 2, or lower sync.load_workers",
 				len(sn.sessions)+1, n, sessionWait, st.AcquiredConns(), st.MaxConns(), len(sn.sessions))
