@@ -745,7 +745,14 @@ func (e *Engine) idle(ctx context.Context) bool {
 		return e.sleep(ctx, e.pollDelay())
 	}
 	ended := time.Now()
-	t := time.NewTimer(e.pollDelay())
+	d := e.pollDelay()
+	if e.cp.HeadsSinceFull && !e.fullAt.IsZero() {
+		// Head passes ran since the last full pass: the next full pass
+		// is due a poll interval after that one ended, not after the
+		// last head pass (docs/design.md, "Head passes").
+		d = max(min(d, time.Until(e.fullAt.Add(e.cfg.PollInterval))), 0)
+	}
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -127,4 +128,99 @@ func (o *passObserver) ObserveCommit(c connector.CommitInfo) {
 			o.heads.Add(1)
 		}
 	}
+}
+
+// TestFullPassWithinAPollIntervalOfTheLast: head passes do not put off the
+// next full pass. Wake-ups that keep coming until just before a poll
+// interval has gone by since the last full pass ended, then stop, leave it
+// due at that poll interval (docs/design.md, "Head passes": a late commit
+// reaches Kafka with the full pass that begins within a poll interval of
+// the end of the last one); the timer started after the last head pass
+// put it off by almost another interval.
+func TestFullPassWithinAPollIntervalOfTheLast(t *testing.T) {
+	r := newRig(t)
+	m := newMemTable()
+	m.set("a", t0, "v1", false)
+	wake := make(chan struct{}, 1)
+	obs := &timedPasses{}
+	const poll = time.Second
+	e, _ := r.engine(m, connector.Config{PollInterval: poll, Wake: wake, MinPassGap: time.Millisecond, Observer: obs})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := e.Run(ctx, connector.Continuous); done <- err }()
+	// Wait for a full pass to end, then wake until just before a poll
+	// interval has gone by.
+	deadline := time.Now().Add(10 * time.Second)
+	var full time.Time
+	for full = obs.lastFull(); full.IsZero(); full = obs.lastFull() {
+		if time.Now().After(deadline) {
+			t.Fatal("no full pass ended")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for time.Since(full) < poll*85/100 {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if obs.heads.Load() == 0 {
+		t.Fatal("the wake-ups started no head pass")
+	}
+	for {
+		if next := obs.fullAfter(full); !next.IsZero() {
+			if d := next.Sub(full); d > poll*14/10 {
+				t.Errorf("the next full pass ended %s after the last one (poll interval %s): head passes put it off", d.Round(time.Millisecond), poll)
+			} else {
+				t.Logf("the next full pass ended %s after the last one", d.Round(time.Millisecond))
+			}
+			break
+		}
+		if time.Since(full) > 5*poll {
+			t.Fatal("no full pass within 5 poll intervals")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// timedPasses notes when full passes ended, and counts head passes.
+type timedPasses struct {
+	passObserver
+	mu    sync.Mutex
+	fulls []time.Time
+}
+
+func (o *timedPasses) ObserveCommit(c connector.CommitInfo) {
+	o.passObserver.ObserveCommit(c)
+	if c.PassEnded && !c.HeadPass {
+		o.mu.Lock()
+		o.fulls = append(o.fulls, time.Now())
+		o.mu.Unlock()
+	}
+}
+
+func (o *timedPasses) lastFull() time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.fulls) == 0 {
+		return time.Time{}
+	}
+	return o.fulls[len(o.fulls)-1]
+}
+
+func (o *timedPasses) fullAfter(t time.Time) time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, f := range o.fulls {
+		if f.After(t) {
+			return f
+		}
+	}
+	return time.Time{}
 }
