@@ -85,7 +85,7 @@ func (s *Source) loadPage(ctx context.Context, q querier, req connector.LoadRequ
 		break
 	}
 	if err != nil {
-		return connector.Page{}, fmt.Errorf("read %s in id order after %q up to %q: %w", sh.tbl.ident, after, req.Range.Hi, err)
+		return connector.Page{}, fmt.Errorf("read %s in id order after %q up to %q: %w", sh.tbl.ident, after, req.Range.Hi, s.rowFailure(err))
 	}
 	if len(out) == 0 {
 		return connector.Page{Next: req.Cursor, End: true}, nil

@@ -440,7 +440,7 @@ func (s *Source) page(ctx context.Context, q querier, req connector.PageRequest)
 		break
 	}
 	if err != nil {
-		return connector.Page{}, fmt.Errorf("read %s after cursor %q: %w", sh.tbl.ident, req.Cursor, err)
+		return connector.Page{}, fmt.Errorf("read %s after cursor %q: %w", sh.tbl.ident, req.Cursor, s.rowFailure(err))
 	}
 	if len(out) == 0 {
 		return connector.Page{Next: req.Cursor, End: true}, nil
@@ -483,6 +483,22 @@ func (s *Source) query(ctx context.Context, q querier, sh *shape, req connector.
 	}
 	defer rows.Close()
 	return s.readRows(sh, rows, req.Limit, mark)
+}
+
+// rowFailure makes a data exception (SQLSTATE class 22: a cast that does
+// not convert, a division by zero) permanent: it comes from a row, and
+// every read of that row fails the same way, so a retry (and a restart)
+// would loop for ever. With a filter it is almost always the filter's, a
+// configuration error. Other errors pass unchanged.
+func (s *Source) rowFailure(err error) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || !strings.HasPrefix(pe.Code, "22") {
+		return err
+	}
+	if s.cfg.Filter != "" {
+		return fmt.Errorf("%w: %w: source.filter fails on a row of the table (or the row cannot be read): %w; every read of that row fails the same way: make the filter safe for every row (guard its casts and divisions, e.g. with CASE or a pattern test before a cast), or fix the row", ErrBadConfig, connector.ErrPermanent, err)
+	}
+	return fmt.Errorf("%w: a row of the table cannot be read: %w; every read of it fails the same way: fix the row", connector.ErrPermanent, err)
 }
 
 // planChanged reports PostgreSQL's "cached plan must not change result

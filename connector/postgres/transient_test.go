@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/test/harness"
 )
 
@@ -67,5 +68,31 @@ func TestAFilterPostgreSQLRejectsIsABadConfiguration(t *testing.T) {
 	}
 	if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "no_such_column") {
 		t.Errorf("got %v; want a bad configuration naming the column", err)
+	}
+}
+
+// A filter that PostgreSQL accepts but that fails on a row (a cast of a
+// value that does not convert, a division by zero) fails every read of
+// that row the same way: a configuration error naming the filter, not a
+// transient failure retried for ever (and a restart loop).
+func TestAFilterThatFailsOnARowIsABadConfiguration(t *testing.T) {
+	db := harness.NewDB(t)
+	db.Exec(t, "CREATE TABLE t (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL, v text)")
+	db.Exec(t, "CREATE INDEX ON t (updated_at, id)")
+	db.Exec(t, "INSERT INTO t VALUES (1, now(), '1'), (2, now(), 'x')")
+	for _, filter := range []string{"v::int = 1", "10 / (id - 2) > 0"} {
+		src, err := New(context.Background(), Config{DSN: db.URL, Schema: db.Schema, Table: "t", Filter: filter, LoadWorkers: 1})
+		if err != nil {
+			t.Fatalf("filter %q: %v", filter, err)
+		}
+		_, err = src.Page(context.Background(), connector.PageRequest{Limit: 10})
+		if !errors.Is(err, ErrBadConfig) || !errors.Is(err, connector.ErrPermanent) || !strings.Contains(err.Error(), "source.filter") {
+			t.Errorf("filter %q, a page: %v; want a permanent bad configuration naming source.filter", filter, err)
+		}
+		_, err = src.LoadPage(context.Background(), connector.LoadRequest{Limit: 10})
+		if !errors.Is(err, ErrBadConfig) || !errors.Is(err, connector.ErrPermanent) || !strings.Contains(err.Error(), "source.filter") {
+			t.Errorf("filter %q, a load page: %v; want a permanent bad configuration naming source.filter", filter, err)
+		}
+		src.Close()
 	}
 }
