@@ -42,11 +42,17 @@ func check(ctx context.Context, pool *pgxpool.Pool, cfg Config) (Report, error) 
 	if err != nil || t == nil {
 		return rep, err
 	}
-	if err := checkIndex(ctx, pool, cfg, t, buildQueries(cfg, t), &rep); err != nil {
+	q := buildQueries(cfg, t)
+	if err := checkIndex(ctx, pool, cfg, t, q, &rep); err != nil {
 		return rep, err
 	}
 	if slices.ContainsFunc(rep.Findings, func(f Finding) bool { return f.Check == "row security" }) {
 		return rep, nil // every query on the table is refused
+	}
+	if cfg.LoadWorkers > 0 && !slices.ContainsFunc(rep.Findings, func(f Finding) bool { return f.Check == "filter" && f.Severity == Fail }) {
+		if err := checkLoadIndex(ctx, pool, t, q, &rep); err != nil {
+			return rep, err
+		}
 	}
 	err = checkTimes(ctx, pool, cfg, t, &rep)
 	return rep, err
@@ -194,6 +200,38 @@ func checkIndex(ctx context.Context, pool *pgxpool.Pool, cfg Config, t *table, q
 		return nil
 	}
 	rep.ok("index", "index %s serves ORDER BY %s", forced.indexName(), cols)
+	return nil
+}
+
+// checkLoadIndex explains the key-order load's page statement (a range
+// bounded on both sides; docs/design.md, "The initial load in key order")
+// with sequential scans and sorts penalised, as checkIndex does: a Sort
+// left in the plan means no index delivers ORDER BY id, so every load page
+// would sort the rest of its range (a unique index of another operator
+// class or collation than the column's serves uniqueness, not the order).
+func checkLoadIndex(ctx context.Context, pool *pgxpool.Pool, t *table, q queries, rep *Report) error {
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("check the load's index: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	for _, set := range []string{"SET LOCAL enable_seqscan = off", "SET LOCAL enable_sort = off"} {
+		if _, err := tx.Exec(ctx, set); err != nil {
+			return fmt.Errorf("check the load's index: %s: %w", set, err)
+		}
+	}
+	zero := t.idKind.zero()
+	plan, err := explain(ctx, tx, q.load[loadAfter|loadUpTo], []any{zero, zero, 1000})
+	if err != nil {
+		return fmt.Errorf("check the load's index: %w", err)
+	}
+	id := quote(t.id.name)
+	if plan.has("Sort") || plan.has("Incremental Sort") {
+		rep.warn("load", "no index serves ORDER BY %s on %s, which the initial load in key order (sync.load_workers) reads by: every load page would sort the rest of its key range (a unique index of another operator class or collation serves uniqueness, not this order). Add a plain unique index or primary key on %s, or leave sync.load_workers at 0",
+			id, t.ident, id)
+		return nil
+	}
+	rep.ok("load", "index %s serves ORDER BY %s for the initial load in key order", plan.indexName(), id)
 	return nil
 }
 

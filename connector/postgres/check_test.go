@@ -181,6 +181,31 @@ func TestCheckIndex(t *testing.T) {
 	}
 }
 
+// TestCheckLoadIndex: with sync.load_workers the initial load reads pages
+// ORDER BY id; a unique index the order cannot use (another operator
+// class or collation than the column's) would have every load page sort
+// the rest of its key range. check explains the load's statement too and
+// says so; with the primary key it is OK, and without load workers it is
+// not checked.
+func TestCheckLoadIndex(t *testing.T) {
+	db := harness.NewDB(t)
+	db.Exec(t, `CREATE TABLE t (id text NOT NULL, updated_at timestamptz NOT NULL)`)
+	db.Exec(t, `CREATE UNIQUE INDEX t_id_pattern ON t (id text_pattern_ops)`)
+	db.Exec(t, `CREATE INDEX ON t (updated_at, id)`)
+	cfg := config(db, "t")
+	if n := len(find(check(t, cfg), "load")); n != 0 {
+		t.Errorf("without load workers: %d load findings", n)
+	}
+	cfg.LoadWorkers = 2
+	r := check(t, cfg)
+	wantFinding(t, r, "load", postgres.Warn, "ORDER BY", "sync.load_workers")
+	if r.Err() != nil {
+		t.Errorf("a load that sorts is a warning, not a failure: %v", r.Err())
+	}
+	db.Exec(t, `ALTER TABLE t ADD PRIMARY KEY (id)`)
+	wantFinding(t, check(t, cfg), "load", postgres.OK, "serves")
+}
+
 // TestCheckTimesReadsTheIndex: the preflight's timestamp check runs at
 // every start of `tidemark run`. It must be served by the (updated_at, id)
 // index: a sequential scan of the whole table would make every start (and
