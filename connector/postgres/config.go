@@ -49,8 +49,9 @@ type Config struct {
 	// written by the operator, spliced verbatim into every page query as
 	// "AND (<Filter>)". It is the ONLY configuration text that is ever placed
 	// into SQL as text: treat it like code, never fill it from untrusted
-	// input. Rows it excludes are never read (and so never tombstoned by a
-	// filter change). Default: "" (all rows).
+	// input. Rows it excludes are never read by a pass; a sweep tombstones
+	// the ones the topic still holds (docs/deletes.md). Default: "" (all
+	// rows).
 	Filter string
 	// LoadWorkers is the number of sessions an initial load in key order
 	// reads with at once (connector.Config.LoadWorkers): the pool is sized
