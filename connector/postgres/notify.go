@@ -128,6 +128,10 @@ func NotifySQL(schema, table, channel string) (NotifyStatements, error) {
 		b.WriteString("-- To remove it: DROP TRIGGER " + trg + " on the table, and DROP FUNCTION of the function below.\n")
 	}
 	b.WriteString("BEGIN;\n")
+	// The trigger's lock on the table waits for open write transactions
+	// and, while it waits, holds up every new write: give up after a few
+	// seconds rather than stall the application (run it again later).
+	b.WriteString("SET LOCAL lock_timeout = '5s';\n")
 	b.WriteString("CREATE OR REPLACE FUNCTION " + fn + "() RETURNS trigger\nLANGUAGE plpgsql AS " + dollarQuote(body) + ";\n")
 	b.WriteString("DROP TRIGGER IF EXISTS " + trg + " ON " + rel + ";\n")
 	b.WriteString("CREATE TRIGGER " + trg + "\n  AFTER INSERT OR UPDATE OR DELETE ON " + rel + "\n  FOR EACH STATEMENT EXECUTE FUNCTION " + fn + "();\n")

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tidemark/tidemark/connector/postgres"
 	"github.com/tidemark/tidemark/test/harness"
@@ -372,5 +373,49 @@ func TestListenErrorsHideThePassword(t *testing.T) {
 	_, err := postgres.Listen(context.Background(), postgres.Config{DSN: "postgres://u@127.0.0.1:1/d?connect_timeout=2", Password: pw}, postgres.ListenConfig{Channel: "c"})
 	if err == nil || strings.Contains(err.Error(), pw) {
 		t.Errorf("Listen error %v: want an error without the password", err)
+	}
+}
+
+// TestNotifySQLDoesNotQueueBehindLongQueries: installing the trigger takes
+// a lock on the table that queues behind a long write transaction and,
+// while it waits, blocks every other write on the table. The printed SQL gives up
+// after a few seconds instead (lock_timeout, local to its transaction), to
+// be run again at a quieter moment.
+func TestNotifySQLDoesNotQueueBehindLongQueries(t *testing.T) {
+	db := harness.NewDB(t)
+	ctx := context.Background()
+	db.Exec(t, `CREATE TABLE t (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)`)
+	st, err := postgres.NotifySQL(db.Schema, "t", "ch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = long.Rollback(ctx) }()
+	// A writer's open transaction (a long batch job, an idle-in-transaction
+	// session): its lock conflicts with the trigger's.
+	if _, err := long.Exec(ctx, `INSERT INTO t VALUES (1, now())`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := db.Pool.Exec(ctx, st.Install); done <- err }()
+	select {
+	case err := <-done:
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "55P03" {
+			t.Errorf("installing behind a long query: %v; want lock_not_available (55P03)", err)
+		}
+	case <-time.After(15 * time.Second):
+		_ = long.Rollback(ctx)
+		<-done
+		t.Fatal("installing the trigger still waited for the table's lock after 15 s")
+	}
+	if err := long.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, st.Install); err != nil {
+		t.Fatalf("installing once the query ended: %v", err)
 	}
 }
