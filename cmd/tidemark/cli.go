@@ -400,28 +400,33 @@ func tuneGC(c *Config) {
 	}
 }
 
-// containerMemory is the memory limit of the process's cgroup (v2:
-// /sys/fs/cgroup/memory.max), or 0 when there is none or it cannot be read.
+// containerMemory is the memory limit of the process's cgroup (v2
+// memory.max, else v1 memory.limit_in_bytes), or 0 when there is none or it
+// cannot be read.
 func containerMemory() int64 {
-	b, err := os.ReadFile("/sys/fs/cgroup/memory.max")
-	if err != nil {
-		return 0
+	for _, f := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil || n <= 0 || n >= 1<<62 { // "max", or v1's page-rounded "unlimited"
+			return 0
+		}
+		return n
 	}
-	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil { // "max": no limit
-		return 0
-	}
-	return n
+	return 0
 }
 
 // memoryLimit is run's soft memory limit: 256 MiB for the connector's own
-// working set, plus the key set of each sweep the process may run, each
-// task's sweep.max_keys_in_memory keys at 64 bytes (56 measured; see
-// docs/deletes.md, "Memory limits"), so that a sweep filling its budget
-// does not keep the collector running (a limit of 256 MiB in all sat just
-// above the default budget's 212 MiB). In a container (container > 0) it
-// stays below 80% of the container's limit: collecting more often beats
-// being killed.
+// working set, plus the key set of each sweep run may start (a task with
+// sweep.interval set, or on_schema_change republish; never an HTTP
+// source), sweep.max_keys_in_memory keys at 64 bytes each (56 measured;
+// see docs/deletes.md, "Memory limits"), so that a sweep filling its
+// budget does not keep the collector running (a limit of 256 MiB in all
+// sat just above the default budget's 212 MiB). In a container (container
+// > 0) it stays below 80% of the container's limit: collecting more often
+// beats being killed.
 func memoryLimit(c *Config, container int64) int64 {
 	lim := sweepMemory(c)
 	if container > 0 {
@@ -431,21 +436,25 @@ func memoryLimit(c *Config, container int64) int64 {
 }
 
 func sweepMemory(c *Config) int64 {
-	const base, perKey = 256 << 20, 64
-	budget := func(n int) int64 {
+	const base, perKey, most = 256 << 20, 64, 1 << 40
+	budget := func(c *Config) int64 {
+		if c.Source.Kind == "http" || c.Sweep.Interval.Duration <= 0 && c.Source.OnSchemaChange != "republish" {
+			return 0 // run never sweeps it
+		}
+		n := c.Sweep.MaxKeysInMemory
 		if n <= 0 { // 0, always by buckets: counted as the default
 			n = connector.DefaultMaxKeysInMemory
 		}
-		return int64(n) * perKey
+		return min(int64(n), most) * perKey
 	}
 	if len(c.Tasks) == 0 {
-		return base + budget(c.Sweep.MaxKeysInMemory)
+		return base + budget(c)
 	}
 	lim := int64(base)
 	for _, t := range c.Tasks {
-		lim += budget(t.Cfg.Sweep.MaxKeysInMemory)
+		lim += budget(t.Cfg)
 	}
-	return lim
+	return min(lim, most)
 }
 
 func (a *cli) ledgerTopic() string { return a.cfg.Kafka.LedgerTopic }

@@ -987,24 +987,32 @@ func TestGroupTimeoutsWithinClientLimits(t *testing.T) {
 }
 
 // TestMemoryLimitLeavesRoomForTheSweep: run's soft memory limit leaves
-// room for the key set of each sweep the process may run
+// room for the key set of each sweep the process may start
 // (sweep.max_keys_in_memory keys of about 56 bytes each) above the
 // connector's own 256 MiB. A limit of 256 MiB in all sat just above the
 // default budget's 212 MiB: a sweep that filled its budget left the
-// collector running all the time.
+// collector running all the time. Without scheduled sweeps (the default)
+// it stays 256 MiB, and in a container at most 80% of its limit.
 func TestMemoryLimitLeavesRoomForTheSweep(t *testing.T) {
 	const mib = 1 << 20
-	one := mustLoad(t, writeConfig(t, minimal), nil)
-	if got, min := memoryLimit(one, 0), int64(256*mib+4_000_000*56); got < min {
-		t.Errorf("default budget: limit %d MiB, want at least %d MiB", got/mib, min/mib)
+	none := mustLoad(t, writeConfig(t, minimal), nil)
+	if got := memoryLimit(none, 0); got != 256*mib {
+		t.Errorf("no scheduled sweep: limit %d MiB, want 256", got/mib)
 	}
-	small := mustLoad(t, writeConfig(t, minimal), nil, "sweep.max_keys_in_memory=100000")
+	one := mustLoad(t, writeConfig(t, minimal), nil, "sweep.interval=24h")
+	if got, least := memoryLimit(one, 0), int64(256*mib+4_000_000*56); got < least {
+		t.Errorf("default budget: limit %d MiB, want at least %d MiB", got/mib, least/mib)
+	}
+	if got := memoryLimit(mustLoad(t, writeConfig(t, minimal), nil, "source.on_schema_change=republish"), 0); got != memoryLimit(one, 0) {
+		t.Errorf("on_schema_change republish sweeps too: limit %d MiB", got/mib)
+	}
+	small := mustLoad(t, writeConfig(t, minimal), nil, "sweep.interval=24h", "sweep.max_keys_in_memory=100000")
 	if got := memoryLimit(small, 0); got > 300*mib {
 		t.Errorf("a budget of 100000 keys: limit %d MiB, want about 256 + 6", got/mib)
 	}
-	tables := mustLoad(t, writeConfig(t, tablesConfig), nil)
-	if got, min := memoryLimit(tables, 0), int64(256*mib+int64(len(tables.Tasks))*4_000_000*56); got < min {
-		t.Errorf("%d tables: limit %d MiB, want at least %d MiB (each task may sweep)", len(tables.Tasks), got/mib, min/mib)
+	tables := mustLoad(t, writeConfig(t, tablesConfig), nil, "sweep.interval=24h")
+	if got, least := memoryLimit(tables, 0), int64(256*mib+int64(len(tables.Tasks))*4_000_000*56); got < least {
+		t.Errorf("%d tables: limit %d MiB, want at least %d MiB (each task may sweep)", len(tables.Tasks), got/mib, least/mib)
 	}
 	// In a container of 512 MiB (deploy/kubernetes): 80% of it.
 	if got := memoryLimit(one, 512*mib); got != 512*mib/5*4 {
@@ -1032,6 +1040,8 @@ func TestPlainHTTPCredentialWarned(t *testing.T) {
 		{"http://127.0.0.1:8080/v1/changes", "Authorization", false},
 		{"http://localhost:8080/v1/changes", "Authorization", false},
 		{"http://[::1]:8080/v1/changes", "Authorization", false},
+		{"http://LOCALHOST.:8080/v1/changes", "Authorization", false},
+		{"http://@api.example.com/v1/changes", "", false},
 	} {
 		text := "name: api\nsource:\n  kind: http\n  dsn: " + tc.dsn + "\n"
 		if tc.auth != "" {
