@@ -137,11 +137,11 @@ func (s *Source) splitKeys(ctx context.Context, q querier, n int) ([]connector.K
 	rows, err := q.Query(ctx, "SELECT tidemark_sample."+id+"::text FROM (SELECT "+id+" FROM "+sh.tbl.ident+" TABLESAMPLE SYSTEM ($1)"+filter+
 		") AS tidemark_sample ORDER BY tidemark_sample."+id, pct)
 	if err != nil {
-		return nil, fmt.Errorf("sample the ids of %s: %w", sh.tbl.ident, err)
+		return nil, fmt.Errorf("sample the ids of %s: %w", sh.tbl.ident, s.rowFailure(err))
 	}
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return nil, fmt.Errorf("sample the ids of %s: %w", sh.tbl.ident, err)
+		return nil, fmt.Errorf("sample the ids of %s: %w", sh.tbl.ident, s.rowFailure(err))
 	}
 	var out []connector.KeyRange
 	lo := ""

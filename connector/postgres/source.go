@@ -486,19 +486,19 @@ func (s *Source) query(ctx context.Context, q querier, sh *shape, req connector.
 }
 
 // rowFailure makes a data exception (SQLSTATE class 22: a cast that does
-// not convert, a division by zero) permanent: it comes from a row, and
-// every read of that row fails the same way, so a retry (and a restart)
-// would loop for ever. With a filter it is almost always the filter's, a
-// configuration error. Other errors pass unchanged.
+// not convert, a division by zero) a configuration error naming
+// source.filter when a filter is set: the operator's expression fails on a
+// row, and every read of that row fails the same way, so a retry (and a
+// restart) would loop for ever. Without a filter, or for the encoding
+// errors (22021, 22P05) a filter cannot cause, the error passes unchanged
+// and is retried as before: it may come from data the application
+// corrects (a view's definition, a policy).
 func (s *Source) rowFailure(err error) error {
 	var pe *pgconn.PgError
-	if !errors.As(err, &pe) || !strings.HasPrefix(pe.Code, "22") {
+	if s.cfg.Filter == "" || !errors.As(err, &pe) || !strings.HasPrefix(pe.Code, "22") || pe.Code == "22021" || pe.Code == "22P05" {
 		return err
 	}
-	if s.cfg.Filter != "" {
-		return fmt.Errorf("%w: %w: source.filter fails on a row of the table (or the row cannot be read): %w; every read of that row fails the same way: make the filter safe for every row (guard its casts and divisions, e.g. with CASE or a pattern test before a cast), or fix the row", ErrBadConfig, connector.ErrPermanent, err)
-	}
-	return fmt.Errorf("%w: a row of the table cannot be read: %w; every read of it fails the same way: fix the row", connector.ErrPermanent, err)
+	return fmt.Errorf("%w: %w: source.filter fails on a row of the table: %w; every read of that row fails the same way: make the filter safe for every row (guard its casts and divisions, e.g. with CASE or a pattern test before a cast), or fix the row", ErrBadConfig, connector.ErrPermanent, err)
 }
 
 // planChanged reports PostgreSQL's "cached plan must not change result
