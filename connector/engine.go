@@ -370,7 +370,7 @@ func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 		if Fatal(err) {
 			e.cfg.Observer.ObserveStop(stopKind(err))
 			var stop *StopError
-			if errors.As(err, &stop) && retryReason(err) == "source" {
+			if errors.As(err, &stop) && retryReason(err) == "source" && !stop.Unmarked {
 				e.markNeedsDecision(ctx, stop)
 			}
 			return e.completion(started, "stopped: "+err.Error()), err

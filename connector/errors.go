@@ -27,6 +27,12 @@ type StopError struct {
 	Hint string
 	// Err is the underlying error, if any.
 	Err error
+	// Unmarked: the stop is about what the checkpoint holds, so nothing is
+	// written into it (the next run meets the same and stops again). A
+	// source's other stops are committed into the checkpoint as a needed
+	// decision. A newer release's position in a checkpoint must not be
+	// marked by an older member of a group during a rolling upgrade.
+	Unmarked bool
 }
 
 func (e *StopError) Error() string {

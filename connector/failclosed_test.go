@@ -117,6 +117,40 @@ func TestSourceSafetyStopMarksCheckpoint(t *testing.T) {
 	}
 }
 
+// TestCheckpointPositionStopIsNotMarked: a safety stop about what the
+// checkpoint holds (a cursor or mark the source cannot use: damaged, or a
+// newer release's during a rolling upgrade) writes nothing into the
+// checkpoint; once the source can read it (the newer member takes the
+// task), the run goes on.
+func TestCheckpointPositionStopIsNotMarked(t *testing.T) {
+	r := newRig(t)
+	m := newMemTable()
+	for i := range 6 {
+		m.set(fmt.Sprintf("k%d", i), t0.Add(time.Duration(i)*time.Second), "v", false)
+	}
+	m.onPage = func(n int) {
+		if n == 3 {
+			m.failNext = &connector.StopError{Reason: "the checkpoint's position does not fit the source table", Unmarked: true}
+		}
+	}
+	e, _ := r.engine(m, connector.Config{PageSize: 2, TxnMaxRecords: 2})
+	_, err := e.Run(context.Background(), connector.Once)
+	var stop *connector.StopError
+	if !errors.As(err, &stop) {
+		t.Fatalf("want a safety stop, got %v", err)
+	}
+	cp, err := r.store().Load(context.Background())
+	if err != nil || cp == nil || cp.NeedsDecision != "" {
+		t.Fatalf("checkpoint marked for a stop about its own position: %+v %v", cp, err)
+	}
+	m.onPage = nil
+	e2, _ := r.engine(m, connector.Config{PageSize: 2})
+	if _, err := e2.Run(context.Background(), connector.Once); err != nil {
+		t.Fatalf("once the position can be read, the run goes on: %v", err)
+	}
+	r.assertFolded(m.expected())
+}
+
 // TestAnotherConnectorsTopicIsRefused: a connector with no checkpoint whose
 // data topic holds another connector's records (two configurations given
 // one topic, or a connector renamed) stops before it writes: each one's

@@ -61,9 +61,10 @@ func decodeCursor(c string, idKind idKind) (key, error) {
 // it would fail the same way for ever (docs/design.md, "Safety stops").
 func badCheckpoint(err error) error {
 	return &connector.StopError{
-		Reason: "the checkpoint's position does not fit the source table",
-		Hint:   "the id column's type may have changed, or the checkpoint was written for another table or source; inspect it with `tidemark status`, then `tidemark reset` (which publishes every row again) rather than guess a position",
-		Err:    err,
+		Reason:   "the checkpoint's position does not fit the source table",
+		Hint:     "the id column's type may have changed, or the checkpoint was written for another table or source; inspect it with `tidemark status`, then `tidemark reset` (which publishes every row again) rather than guess a position",
+		Err:      err,
+		Unmarked: true, // the checkpoint is what is in question: write nothing into it
 	}
 }
 
