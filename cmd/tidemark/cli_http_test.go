@@ -214,6 +214,11 @@ func TestCLIHTTPRejectedCursorThenReset(t *testing.T) {
 		t.Errorf("run 2 requested %q; want exactly the stored cursor, nothing guessed", cursors)
 	}
 	mu.Unlock()
+	// check says what run would: the checkpoint is marked, exit 3 (it
+	// passed with exit 0).
+	if code, out, stderr := w.cli(context.Background(), token, "check", "--config", cfg); code != exitDecision || !strings.Contains(out+stderr, "needing an operator decision") {
+		t.Errorf("check of a marked checkpoint: exit %d, want %d\n%s\n%s", code, exitDecision, out, stderr)
+	}
 
 	// The operator decides: start over from scratch.
 	if code, out, stderr := w.cli(context.Background(), token, "reset", "--yes", "--reason", "feed key rotated", "--config", cfg); code != exitOK {

@@ -337,6 +337,14 @@ func (a *cli) check(ctx context.Context, rep *checkReport) error {
 	switch {
 	case cp == nil:
 		rep.add(postgres.OK, "checkpoint", "none yet: the first run starts a fresh initial load")
+	case cp.NeedsDecision != "":
+		rep.add(postgres.Fail, "checkpoint", fmt.Sprintf("marked as needing an operator decision: %s; run would stop (exit 3)", cp.NeedsDecision))
+		if perr == nil {
+			perr = &connector.StopError{
+				Reason: "the checkpoint is marked as needing an operator decision: " + cp.NeedsDecision,
+				Hint:   fmt.Sprintf("inspect with `tidemark status`, then `tidemark reset` (to scratch or to a stated watermark) for connector %q", a.cfg.Name),
+			}
+		}
 	case cp.Fingerprint != sum:
 		changes := strings.Join(DiffFingerprint(cp.FingerprintFields, fields), "; ")
 		rep.add(postgres.Fail, "checkpoint", fmt.Sprintf("the configuration changed since the checkpoint: %s; run would stop (exit 3)", changes))

@@ -865,7 +865,7 @@ func (c *Config) Warnings() []string {
 	}
 	w = append(w, c.notifyWarnings()...) // notify.go
 	if s := c.Source; s.Kind == "http" {
-		if u, err := url.Parse(s.DSN); err == nil && u.Scheme == "http" && (s.HTTP.AuthHeader != "" || u.User != nil) && !loopbackHost(u.Hostname()) {
+		if u, err := url.Parse(s.DSN); err == nil && u.Scheme == "http" && (s.HTTP.AuthHeader != "" || u.User.String() != "") && !loopbackHost(u.Hostname()) {
 			what := "the " + s.HTTP.AuthHeader + " header (source.http.auth_header)"
 			if s.HTTP.AuthHeader == "" {
 				what = "the URL's user name and password (sent as basic auth)"
@@ -882,7 +882,7 @@ func (c *Config) Warnings() []string {
 // loopbackHost reports whether host names this machine's loopback
 // interface (localhost, 127.0.0.0/8, ::1).
 func loopbackHost(host string) bool {
-	if host == "localhost" {
+	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
 		return true
 	}
 	ip := net.ParseIP(host)
