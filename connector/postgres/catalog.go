@@ -295,7 +295,17 @@ func (t *table) checkID(ctx context.Context, q querier, name string, rep *Report
 	}
 	if !unique {
 		problems++
-		rep.fail("id", "id column %s of %s is not unique (no primary key or unique index on exactly that column); ties on updated_at would be ambiguous: ALTER TABLE %s ADD PRIMARY KEY (%s), or CREATE UNIQUE INDEX CONCURRENTLY ON %s (%s)", quote(name), t.ident, t.ident, quote(name), t.ident, quote(name))
+		switch t.relkind {
+		case 'v', 'f':
+			// A view or a foreign table has no index of its own.
+			rep.fail("id", "id column %s of %s is not unique: a view or foreign table has no index that could prove it; sync the table it reads from, which needs a primary key or unique index on the id", quote(name), t.ident)
+		case 'p':
+			// PostgreSQL wants the partition key in every unique index
+			// of a partitioned table.
+			rep.fail("id", "id column %s of %s is not unique (no primary key or unique index on exactly that column); ties on updated_at would be ambiguous. On a partitioned table PostgreSQL accepts such an index only when the table is partitioned by %s alone: ALTER TABLE %s ADD PRIMARY KEY (%s) then works; a table partitioned by another column (say by time) cannot have one, so tidemark cannot sync it as a whole", quote(name), t.ident, quote(name), t.ident, quote(name))
+		default:
+			rep.fail("id", "id column %s of %s is not unique (no primary key or unique index on exactly that column); ties on updated_at would be ambiguous: ALTER TABLE %s ADD PRIMARY KEY (%s), or CREATE UNIQUE INDEX CONCURRENTLY ON %s (%s)", quote(name), t.ident, t.ident, quote(name), t.ident, quote(name))
+		}
 	}
 	if problems == 0 {
 		rep.ok("id", "id column %s is %s, NOT NULL, unique", quote(name), c.typeName)

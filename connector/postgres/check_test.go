@@ -117,6 +117,12 @@ func TestCheckFailures(t *testing.T) {
 		// children, which every query reads too: one id can be in two.
 		{"inheritance parent", "CREATE TABLE %s (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL); CREATE TABLE inheritance_child () INHERITS (%[1]s)", nil, "id",
 			[]string{"inheritance children", "inheritance_child"}},
+		// The usual fix, ADD PRIMARY KEY, is impossible on a view, and on
+		// a table partitioned by another column: say so.
+		{"a view", "CREATE TABLE a_view_base (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL); CREATE VIEW %s AS SELECT * FROM a_view_base", nil, "id",
+			[]string{"is not unique", "view or foreign table has no index", "sync the table it reads from"}},
+		{"by time", "CREATE TABLE %s (id bigint NOT NULL, updated_at timestamptz NOT NULL, PRIMARY KEY (id, updated_at)) PARTITION BY RANGE (updated_at)", nil, "id",
+			[]string{"is not unique", "partitioned by another column", "cannot sync it as a whole"}},
 		{"missing column", "CREATE TABLE %s (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)",
 			func(c *postgres.Config) { c.Columns = []string{"id", "ghost"} }, "columns", []string{`"ghost"`}},
 	}
