@@ -107,6 +107,12 @@ func (e *Engine) keyLoad(ctx context.Context, now time.Time) error {
 		e.cp.PassMark = mark
 		e.cp.PassLow, e.cp.PassMax = "", ""
 		e.cp.Cursor = e.loadCursor()
+		if w := e.workers(); w > 1 && len(ranges) < w {
+			// A small table, or a sample that found few ids (a
+			// bloated table): fewer sessions read than configured.
+			e.log.Warn("the source split the table into fewer key ranges than sync.load_workers: the load reads on as many sessions as there are ranges (a small table, or a sample of a bloated one that found few ids)",
+				"ranges", len(ranges), "load_workers", w)
+		}
 		e.log.Info("initial load in key order", "ranges", len(ranges), "workers", e.workers(),
 			"consistent", consistent, "watermark_after_load", e.cp.PassHorizon)
 	}

@@ -1,9 +1,11 @@
 package connector_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -261,4 +263,43 @@ func TestKeyLoadPageSize(t *testing.T) {
 		}
 		r.assertFolded(m.expected())
 	}
+}
+
+// TestKeyLoadSaysWhenFewerRangesThanWorkers: a table too small for its
+// sample to split into a range per worker (or a bloated one whose sample
+// finds few ids) is loaded on fewer sessions than sync.load_workers asks
+// for; the log says so, with the numbers, instead of the load being
+// quietly slower than configured. A table that splits says nothing.
+func TestKeyLoadSaysWhenFewerRangesThanWorkers(t *testing.T) {
+	for _, rows := range []int{1, 200} {
+		r := newRig(t)
+		m := newMemKeyTable()
+		for i := range rows {
+			m.set(fmt.Sprintf("k%04d", i), t0, "v1", false)
+		}
+		var buf lockedBuffer
+		r.once(m, connector.Config{LoadWorkers: 4, PageSize: 50, Logger: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		warned := strings.Contains(buf.String(), "fewer key ranges than sync.load_workers")
+		if warned != (rows == 1) {
+			t.Errorf("%d rows: warned %v\n%s", rows, warned, buf.String())
+		}
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
