@@ -388,7 +388,12 @@ func (l *Listener) reconnect(ctx context.Context, lost time.Time) *pgx.Conn {
 			return nil
 		case <-t.C:
 		}
-		conn, err := l.connect(ctx)
+		// An attempt that reaches something that accepts and never
+		// answers (a hung pooler or proxy) gives up after a heartbeat,
+		// as a silent connection does, and is tried again.
+		actx, cancel := context.WithTimeout(ctx, l.heartbeat)
+		conn, err := l.connect(actx)
+		cancel()
 		if err == nil {
 			l.log.Info("notify: LISTEN re-established; a pass follows to read what changed meanwhile",
 				"channel", l.channel, "attempts", attempt, "down_for", time.Since(lost).Round(time.Millisecond))

@@ -3,7 +3,10 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
+	"net"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -418,4 +421,112 @@ func TestNotifySQLDoesNotQueueBehindLongQueries(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, st.Install); err != nil {
 		t.Fatalf("installing once the query ended: %v", err)
 	}
+}
+
+// TestListenerReconnectDoesNotHangOnASilentServer: a reconnection that
+// reaches something that accepts the connection and never answers (a
+// pooler or proxy hung, a half-dead host) gives up after the heartbeat and
+// tries again, so notifications come back once the server answers; an
+// attempt without a time limit waited for ever and notifications never
+// came back until a restart.
+func TestListenerReconnectDoesNotHangOnASilentServer(t *testing.T) {
+	db := harness.NewDB(t)
+	u, err := url.Parse(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newSilentProxy(t, u.Host)
+	u.Host = p.addr
+	l, err := postgres.Listen(context.Background(), postgres.Config{DSN: u.String()}, postgres.ListenConfig{Channel: "silent", Heartbeat: 300 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Listen: %v", err)
+	}
+	t.Cleanup(l.Close)
+	if !woke(l, 5*time.Second) {
+		t.Fatal("no wake-up on start")
+	}
+	p.freeze() // the connection drops; new ones are accepted and never answered
+	time.Sleep(time.Second)
+	p.thaw()
+	if !waitFor(10*time.Second, func() bool { return l.Reconnects() == 1 }) {
+		t.Fatalf("%d reconnections 10 s after the server answered again", l.Reconnects())
+	}
+	notify(t, db, "silent")
+	if !woke(l, 5*time.Second) {
+		t.Fatal("a notification after the reconnection woke nothing")
+	}
+}
+
+// silentProxy forwards TCP connections to a target; frozen, it drops the
+// ones it forwards and accepts new ones without ever answering.
+type silentProxy struct {
+	addr   string
+	target string
+	mu     sync.Mutex
+	frozen bool
+	conns  []net.Conn
+}
+
+func newSilentProxy(t *testing.T, target string) *silentProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &silentProxy{addr: ln.Addr().String(), target: target}
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c)
+			frozen := p.frozen
+			p.mu.Unlock()
+			if frozen {
+				continue // accepted, never answered
+			}
+			go p.forward(c)
+		}
+	}()
+	return p
+}
+
+func (p *silentProxy) forward(c net.Conn) {
+	s, err := net.Dial("tcp", p.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	p.mu.Lock()
+	p.conns = append(p.conns, s)
+	p.mu.Unlock()
+	go func() { _, _ = io.Copy(s, c); s.Close() }()
+	_, _ = io.Copy(c, s)
+	c.Close()
+}
+
+func (p *silentProxy) freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.frozen = true
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+func (p *silentProxy) thaw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.frozen = false
 }
