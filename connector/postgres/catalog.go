@@ -274,6 +274,27 @@ func (t *table) checkID(ctx context.Context, q querier, name string, rep *Report
 	if err != nil {
 		return fmt.Errorf("look up unique indexes of %s: %w", t.ident, err)
 	}
+	if unique {
+		// A nondeterministic collation (say case-insensitive) calls 'a'
+		// and 'A' equal: ORDER BY and the keyset cursor, which compare
+		// by the column's collation, then tie two ids that a unique
+		// index of another collation lets exist side by side, and a
+		// page boundary between them skips one.
+		var sameOrder bool
+		err := q.QueryRow(ctx, `
+			SELECT coalesce((SELECT co.collisdeterministic FROM pg_catalog.pg_collation co WHERE co.oid = a.attcollation), true)
+			    OR EXISTS (SELECT 1 FROM pg_catalog.pg_index i
+			               WHERE i.indrelid = $1 AND i.indisunique AND i.indisvalid AND i.indpred IS NULL
+			                 AND i.indnkeyatts = 1 AND i.indkey[0] = $2 AND i.indcollation[0] = a.attcollation)
+			FROM pg_catalog.pg_attribute a WHERE a.attrelid = $1 AND a.attnum = $2`, t.oid, c.num).Scan(&sameOrder)
+		if err != nil {
+			return fmt.Errorf("look up the collation of %s: %w", quote(name), err)
+		}
+		if !sameOrder {
+			problems++
+			rep.fail("id", "id column %s of %s has a nondeterministic collation, and no unique index on it uses that collation: two ids it calls equal (say 'a' and 'A') can both exist, and the walk, which orders by the column's collation, would skip one of them at a page boundary; give the column a deterministic collation (ALTER TABLE %s ALTER COLUMN %s TYPE text COLLATE \"C\"), or make its unique index use the column's collation", quote(name), t.ident, t.ident, quote(name))
+		}
+	}
 	if unique && t.relkind == 'r' {
 		// Every query reads the table with its inheritance children (no
 		// ONLY), and a unique index of the parent does not cover them:

@@ -117,6 +117,11 @@ func TestCheckFailures(t *testing.T) {
 		// children, which every query reads too: one id can be in two.
 		{"inheritance parent", "CREATE TABLE %s (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL); CREATE TABLE inheritance_child () INHERITS (%[1]s)", nil, "id",
 			[]string{"inheritance children", "inheritance_child"}},
+		// A case-insensitive collation ties 'a' and 'A', which a unique
+		// index of another collation lets exist side by side: the
+		// cursor after ('a') skips 'A'.
+		{"nondeterministic", "CREATE COLLATION IF NOT EXISTS ci_test (provider = icu, locale = 'und-u-ks-level2', deterministic = false); CREATE TABLE %s (id text COLLATE ci_test NOT NULL, updated_at timestamptz NOT NULL); CREATE UNIQUE INDEX ON %[1]s (id COLLATE \"C\")", nil, "id",
+			[]string{"nondeterministic collation", "would skip one of them"}},
 		// The usual fix, ADD PRIMARY KEY, is impossible on a view, and on
 		// a table partitioned by another column: say so.
 		{"a view", "CREATE TABLE a_view_base (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL); CREATE VIEW %s AS SELECT * FROM a_view_base", nil, "id",
