@@ -151,6 +151,12 @@ type Config struct {
 	// (0), and a negative value always compares by buckets. A topic that
 	// may hold more is compared by buckets (see Compare).
 	SweepMaxKeys int
+	// SweepMemory, when set, is called as a sweep starts with the most
+	// live keys it may hold (SweepMaxKeys, or DefaultMaxKeysInMemory), and
+	// the func it returns when the sweep ends: the process can make room
+	// for the key set only while it is held (cmd/tidemark raises its soft
+	// memory limit).
+	SweepMemory func(keys int) (release func())
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }

@@ -310,3 +310,38 @@ func TestSweepOfAnEmptyTableWithTheMovingLoad(t *testing.T) {
 		t.Fatalf("sweep of an empty table: %v (%s)", err, res)
 	}
 }
+
+// TestSweepMemoryIsHeldWhileTheSweepRuns: a sweep tells the process how
+// many keys it may hold as it starts (SweepMaxKeys, or the default), and
+// that it no longer does when it ends, so that the process can make room
+// for the key set only then.
+func TestSweepMemoryIsHeldWhileTheSweepRuns(t *testing.T) {
+	r := newRig(t)
+	m := sweepKeyTable{newMemKeyTable()}
+	m.set("a", t0, "v1", false)
+	r.once(m, connector.Config{})
+	for _, c := range []struct{ budget, want int }{{0, connector.DefaultMaxKeysInMemory}, {5000, 5000}} {
+		var held, calls int
+		cfg := connector.Config{SweepMaxKeys: c.budget, SweepMemory: func(keys int) func() {
+			held += keys
+			calls++
+			return func() { held -= keys }
+		}}
+		e, _ := r.engine(m, cfg)
+		if _, err := e.SweepOnce(context.Background(), fold.Topic{Opts: r.opts, Topic: r.topic}); err != nil {
+			t.Fatal(err)
+		}
+		if calls != 1 || held != 0 {
+			t.Errorf("budget %d: %d calls, %d keys still held after the sweep", c.budget, calls, held)
+		}
+		var during int
+		cfg.SweepMemory = func(keys int) func() { during = keys; return func() {} }
+		e, _ = r.engine(m, cfg)
+		if _, err := e.SweepOnce(context.Background(), fold.Topic{Opts: r.opts, Topic: r.topic}); err != nil {
+			t.Fatal(err)
+		}
+		if during != c.want {
+			t.Errorf("budget %d: the sweep asked room for %d keys, want %d", c.budget, during, c.want)
+		}
+	}
+}

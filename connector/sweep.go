@@ -261,6 +261,13 @@ func (e *Engine) Sweep(ctx context.Context, topic TopicView) (SweepResult, error
 		return SweepResult{}, fmt.Errorf("%w: connector %q has not loaded the table yet (no watermark): a sweep now would publish every row, and the initial load would publish them again; "+
 			"run `tidemark run --once` (or let `tidemark run` load it), then sweep: %w", ErrInitialLoadOpen, e.cfg.Name, ErrPermanent)
 	}
+	if e.cfg.SweepMemory != nil {
+		keys := e.cfg.SweepMaxKeys
+		if keys <= 0 { // the default, or always by buckets: counted as the default
+			keys = DefaultMaxKeysInMemory
+		}
+		defer e.cfg.SweepMemory(keys)()
+	}
 	start := time.Now()
 	resumed := e.cp.Sweep != nil
 	if e.cp.Sweep == nil {

@@ -223,7 +223,7 @@ func (a *cli) kafkaOpts() ([]kgo.Opt, error) {
 		a.closers = append(a.closers, emb.Close)
 		brokers = addrs
 	} else if a.serve { // `run` only: see tuneGC
-		tuneGC(a.cfg)
+		tuneGC()
 	}
 	sec, err := a.securityOpts() // kafka.tls.*, kafka.sasl.* (security.go)
 	if err != nil {
@@ -366,6 +366,7 @@ func (a *cli) engineConfig() connector.Config {
 		Horizon:                 a.cfg.Source.Horizon,
 		SweepInterval:           a.cfg.Sweep.Interval.Duration,
 		SweepMaxKeys:            a.sweepMaxKeys(),
+		SweepMemory:             gcLimit.sweep,
 		Consistent:              a.cfg.Source.InitialLoad == "consistent",
 		LoadWorkers:             s.LoadWorkers,
 		RepublishOnSchemaChange: a.cfg.Source.OnSchemaChange == "republish",
@@ -388,15 +389,69 @@ func (a *cli) sweepMaxKeys() int {
 // collections (GOGC=300) unless GOGC is set: the live heap of a connector is
 // small (a transaction's records and the dedupe set; about 30 MiB in make
 // bench), and collecting at 2x cost a quarter of an initial load's CPU. A
-// soft limit (unless GOMEMLIMIT is set; memoryLimit) keeps a scheduled
-// sweep's key set from being multiplied too. Not with the embedded broker, whose heap
-// holds the whole topic.
-func tuneGC(c *Config) {
+// soft limit of 256 MiB (unless GOMEMLIMIT is set), at most 80% of the
+// container's, keeps that growth in bounds; while a sweep runs, gcLimit
+// raises it by the sweep's key set. Not with the embedded broker, whose
+// heap holds the whole topic.
+func tuneGC() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(300)
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(memoryLimit(c, containerMemory()))
+		gcLimit.start(256<<20, containerMemory())
+	}
+}
+
+// gcLimit is run's soft memory limit.
+var gcLimit = &memLimit{set: func(n int64) { debug.SetMemoryLimit(n) }}
+
+// memLimit is a soft memory limit that makes room for the key set of each
+// sweep while it runs: a limit of 256 MiB in all sat just above the
+// default sweep budget's 212 MiB, so a sweep that filled it kept the
+// collector running. Only a limit tidemark set (start) is moved.
+type memLimit struct {
+	set func(int64)
+
+	mu                sync.Mutex
+	on                bool
+	base, cap, sweeps int64
+}
+
+func (m *memLimit) start(base, container int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.on, m.base, m.cap = true, base, 0
+	if container > 0 {
+		m.cap = container / 5 * 4 // collecting more often beats being killed
+	}
+	m.apply()
+}
+
+func (m *memLimit) apply() {
+	lim := m.base + m.sweeps
+	if m.cap > 0 {
+		lim = min(lim, m.cap)
+	}
+	m.set(lim)
+}
+
+// sweep makes room for a sweep of up to keys live keys (about 56 bytes
+// each, docs/deletes.md "Memory limits"; 64 counted) until the func it
+// returns is called (connector.Config.SweepMemory).
+func (m *memLimit) sweep(keys int) (release func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.on {
+		return func() {}
+	}
+	add := min(int64(keys), 1<<34) * 64
+	m.sweeps += add
+	m.apply()
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.sweeps -= add
+		m.apply()
 	}
 }
 
@@ -416,45 +471,6 @@ func containerMemory() int64 {
 		return n
 	}
 	return 0
-}
-
-// memoryLimit is run's soft memory limit: 256 MiB for the connector's own
-// working set, plus the key set of each sweep run may start (a task with
-// sweep.interval set, or on_schema_change republish; never an HTTP
-// source), sweep.max_keys_in_memory keys at 64 bytes each (56 measured;
-// see docs/deletes.md, "Memory limits"), so that a sweep filling its
-// budget does not keep the collector running (a limit of 256 MiB in all
-// sat just above the default budget's 212 MiB). In a container (container
-// > 0) it stays below 80% of the container's limit: collecting more often
-// beats being killed.
-func memoryLimit(c *Config, container int64) int64 {
-	lim := sweepMemory(c)
-	if container > 0 {
-		lim = min(lim, container/5*4)
-	}
-	return lim
-}
-
-func sweepMemory(c *Config) int64 {
-	const base, perKey, most = 256 << 20, 64, 1 << 40
-	budget := func(c *Config) int64 {
-		if c.Source.Kind == "http" || c.Sweep.Interval.Duration <= 0 && c.Source.OnSchemaChange != "republish" {
-			return 0 // run never sweeps it
-		}
-		n := c.Sweep.MaxKeysInMemory
-		if n <= 0 { // 0, always by buckets: counted as the default
-			n = connector.DefaultMaxKeysInMemory
-		}
-		return min(int64(n), most) * perKey
-	}
-	if len(c.Tasks) == 0 {
-		return base + budget(c)
-	}
-	lim := int64(base)
-	for _, t := range c.Tasks {
-		lim += budget(t.Cfg)
-	}
-	return min(lim, most)
 }
 
 func (a *cli) ledgerTopic() string { return a.cfg.Kafka.LedgerTopic }

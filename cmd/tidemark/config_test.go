@@ -986,40 +986,41 @@ func TestGroupTimeoutsWithinClientLimits(t *testing.T) {
 	}
 }
 
-// TestMemoryLimitLeavesRoomForTheSweep: run's soft memory limit leaves
-// room for the key set of each sweep the process may start
-// (sweep.max_keys_in_memory keys of about 56 bytes each) above the
-// connector's own 256 MiB. A limit of 256 MiB in all sat just above the
-// default budget's 212 MiB: a sweep that filled its budget left the
-// collector running all the time. Without scheduled sweeps (the default)
-// it stays 256 MiB, and in a container at most 80% of its limit.
+// TestMemoryLimitLeavesRoomForTheSweep: run's soft memory limit is 256
+// MiB, and while a sweep runs it makes room for the sweep's key set
+// (sweep.max_keys_in_memory keys of about 56 bytes; 64 counted), for each
+// sweep running at once, then goes back. A limit of 256 MiB in all sat
+// just above the default budget's 212 MiB: a sweep that filled it kept
+// the collector running. In a container it stays below 80% of the
+// container's limit; a limit tidemark did not set is never moved.
 func TestMemoryLimitLeavesRoomForTheSweep(t *testing.T) {
 	const mib = 1 << 20
-	none := mustLoad(t, writeConfig(t, minimal), nil)
-	if got := memoryLimit(none, 0); got != 256*mib {
-		t.Errorf("no scheduled sweep: limit %d MiB, want 256", got/mib)
+	var got int64
+	m := &memLimit{set: func(n int64) { got = n }}
+	if m.sweep(4_000_000)(); got != 0 {
+		t.Fatalf("a limit tidemark did not set was moved to %d", got)
 	}
-	one := mustLoad(t, writeConfig(t, minimal), nil, "sweep.interval=24h")
-	if got, least := memoryLimit(one, 0), int64(256*mib+4_000_000*56); got < least {
-		t.Errorf("default budget: limit %d MiB, want at least %d MiB", got/mib, least/mib)
+	m.start(256*mib, 0)
+	if got != 256*mib {
+		t.Fatalf("limit %d MiB, want 256", got/mib)
 	}
-	if got := memoryLimit(mustLoad(t, writeConfig(t, minimal), nil, "source.on_schema_change=republish"), 0); got != memoryLimit(one, 0) {
-		t.Errorf("on_schema_change republish sweeps too: limit %d MiB", got/mib)
+	one := m.sweep(4_000_000)
+	if want := int64(256*mib + 4_000_000*64); got != want {
+		t.Errorf("during a sweep of 4,000,000 keys: limit %d MiB, want %d", got/mib, want/mib)
 	}
-	small := mustLoad(t, writeConfig(t, minimal), nil, "sweep.interval=24h", "sweep.max_keys_in_memory=100000")
-	if got := memoryLimit(small, 0); got > 300*mib {
-		t.Errorf("a budget of 100000 keys: limit %d MiB, want about 256 + 6", got/mib)
+	two := m.sweep(100_000)
+	if want := int64(256*mib + 4_100_000*64); got != want {
+		t.Errorf("during two sweeps: limit %d MiB, want %d", got/mib, want/mib)
 	}
-	tables := mustLoad(t, writeConfig(t, tablesConfig), nil, "sweep.interval=24h")
-	if got, least := memoryLimit(tables, 0), int64(256*mib+int64(len(tables.Tasks))*4_000_000*56); got < least {
-		t.Errorf("%d tables: limit %d MiB, want at least %d MiB (each task may sweep)", len(tables.Tasks), got/mib, least/mib)
+	one()
+	two()
+	if got != 256*mib {
+		t.Errorf("after the sweeps: limit %d MiB, want 256", got/mib)
 	}
-	// In a container of 512 MiB (deploy/kubernetes): 80% of it.
-	if got := memoryLimit(one, 512*mib); got != 512*mib/5*4 {
-		t.Errorf("in a 512 MiB container: limit %d MiB, want 409", got/mib)
-	}
-	if got := memoryLimit(small, 4096*mib); got > 300*mib {
-		t.Errorf("a small budget in a large container: limit %d MiB, want about 262", got/mib)
+	m.start(256*mib, 512*mib) // deploy/kubernetes: a 512 MiB container
+	m.sweep(4_000_000)
+	if got != 512*mib/5*4 {
+		t.Errorf("a sweep in a 512 MiB container: limit %d MiB, want 409", got/mib)
 	}
 }
 
