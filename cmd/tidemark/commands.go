@@ -338,10 +338,10 @@ func (a *cli) check(ctx context.Context, rep *checkReport) error {
 	case cp == nil:
 		rep.add(postgres.OK, "checkpoint", "none yet: the first run starts a fresh initial load")
 	case cp.NeedsDecision != "":
-		rep.add(postgres.Fail, "checkpoint", fmt.Sprintf("marked as needing an operator decision: %s; run would stop (exit 3)", cp.NeedsDecision))
+		rep.add(postgres.Fail, "checkpoint", fmt.Sprintf("marked as needing an operator decision: %s; run would stop (exit 3)", redactText(cp.NeedsDecision)))
 		if perr == nil {
 			perr = &connector.StopError{
-				Reason: "the checkpoint is marked as needing an operator decision: " + cp.NeedsDecision,
+				Reason: "the checkpoint is marked as needing an operator decision: " + redactText(cp.NeedsDecision),
 				Hint:   fmt.Sprintf("inspect with `tidemark status`, then `tidemark reset` (to scratch or to a stated watermark) for connector %q", a.cfg.Name),
 			}
 		}

@@ -259,7 +259,9 @@ func (t *table) checkID(ctx context.Context, q querier, name string, rep *Report
 		problems++
 		rep.fail("id", "id column %s of %s has type %s; it must be bigint, integer, smallint, text, varchar or uuid (its text form is the Kafka key and the cursor)", quote(name), t.ident, c.typeName)
 	}
-	if !c.notNull {
+	if !c.notNull && t.relkind != 'v' && t.relkind != 'f' {
+		// A view's columns are never NOT NULL; the uniqueness finding
+		// below says why it cannot be read.
 		problems++
 		rep.fail("id", "id column %s of %s is nullable; a NULL id cannot be a key: ALTER TABLE %s ALTER COLUMN %s SET NOT NULL", quote(name), t.ident, t.ident, quote(name))
 	}
@@ -317,8 +319,13 @@ func (t *table) checkID(ctx context.Context, q querier, name string, rep *Report
 	if !unique {
 		problems++
 		switch t.relkind {
-		case 'v', 'f':
+		case 'v', 'f', 'm':
 			// A view or a foreign table has no index of its own.
+			if t.relkind == 'm' {
+				// A materialized view takes a unique index, not a key.
+				rep.fail("id", "id column %s of %s is not unique (no unique index on exactly that column); ties on updated_at would be ambiguous: CREATE UNIQUE INDEX CONCURRENTLY ON %s (%s)", quote(name), t.ident, t.ident, quote(name))
+				break
+			}
 			rep.fail("id", "id column %s of %s is not unique: a view or foreign table has no index that could prove it; sync the table it reads from, which needs a primary key or unique index on the id", quote(name), t.ident)
 		case 'p':
 			// PostgreSQL wants the partition key in every unique index
@@ -351,7 +358,7 @@ func (t *table) checkUpdatedAt(name string, rep *Report) {
 		problems++
 		rep.fail("updated_at", "updated_at column %s of %s is %s; it must be timestamptz NOT NULL, set on every write", quote(name), t.ident, c.typeName)
 	}
-	if !c.notNull {
+	if !c.notNull && t.relkind != 'v' && t.relkind != 'f' { // a view's columns are never NOT NULL
 		problems++
 		rep.fail("updated_at", "updated_at column %s of %s is nullable; rows with NULL updated_at would be skipped forever: backfill them, then ALTER TABLE %s ALTER COLUMN %s SET NOT NULL", quote(name), t.ident, t.ident, quote(name))
 	}

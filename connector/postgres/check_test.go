@@ -126,6 +126,8 @@ func TestCheckFailures(t *testing.T) {
 		// a table partitioned by another column: say so.
 		{"a view", "CREATE TABLE a_view_base (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL); CREATE VIEW %s AS SELECT * FROM a_view_base", nil, "id",
 			[]string{"is not unique", "view or foreign table has no index", "sync the table it reads from"}},
+		{"a matview", "CREATE MATERIALIZED VIEW %s AS SELECT 1::bigint AS id, now() AS updated_at", nil, "id",
+			[]string{"is not unique", "CREATE UNIQUE INDEX CONCURRENTLY"}},
 		{"by time", "CREATE TABLE %s (id bigint NOT NULL, updated_at timestamptz NOT NULL, PRIMARY KEY (id, updated_at)) PARTITION BY RANGE (updated_at)", nil, "id",
 			[]string{"is not unique", "partitioned by another column", "cannot sync it as a whole"}},
 		{"missing column", "CREATE TABLE %s (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)",
@@ -261,5 +263,18 @@ func TestCheckTimesReadsTheIndex(t *testing.T) {
 	wantFinding(t, r, "timestamps", postgres.Warn, "1 rows", "ahead of the database clock")
 	if f := find(r, "timestamps"); len(f) != 2 {
 		t.Errorf("want one fail and one warning:\n%s", r)
+	}
+}
+
+// TestCheckViewGetsNoHintItCannotTake: a view's columns are never NOT
+// NULL, and ALTER TABLE cannot change them: the only finding about its id
+// says why a view cannot be read.
+func TestCheckViewGetsNoHintItCannotTake(t *testing.T) {
+	db := harness.NewDB(t)
+	db.Exec(t, "CREATE TABLE base (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL); CREATE VIEW v AS SELECT * FROM base")
+	for _, f := range check(t, config(db, "v")).Findings {
+		if strings.Contains(f.Message, "ALTER TABLE") || strings.Contains(f.Message, "ADD PRIMARY KEY") {
+			t.Errorf("a hint PostgreSQL refuses on a view: %s", f)
+		}
 	}
 }
