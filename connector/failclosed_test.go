@@ -89,7 +89,11 @@ func TestLedgerRecordsRunsAndTransactions(t *testing.T) {
 	}
 }
 
-func TestSourceSafetyStopMarksCheckpoint(t *testing.T) {
+// stopOnThirdPage runs a connector over six rows whose source returns stop
+// on its third page, checks that the run stops with it, and returns the
+// rig, the table (serving normally again) and the checkpoint left.
+func stopOnThirdPage(t *testing.T, stop *connector.StopError) (*rig, *memTable, *schemas.Checkpoint) {
+	t.Helper()
 	r := newRig(t)
 	m := newMemTable()
 	for i := range 6 {
@@ -97,21 +101,31 @@ func TestSourceSafetyStopMarksCheckpoint(t *testing.T) {
 	}
 	m.onPage = func(n int) {
 		if n == 3 {
-			m.failNext = connector.Stopf("tidemark reset", "the upstream rejected cursor %q", "c2")
+			m.failNext = stop
 		}
 	}
-	e, _ := r.engine(m, connector.Config{PageSize: 2, TxnMaxRecords: 2})
+	e, w := r.engine(m, connector.Config{PageSize: 2, TxnMaxRecords: 2})
 	_, err := e.Run(context.Background(), connector.Once)
-	var stop *connector.StopError
-	if !errors.As(err, &stop) {
+	w.Close()
+	var got *connector.StopError
+	if !errors.As(err, &got) {
 		t.Fatalf("want a safety stop, got %v", err)
 	}
 	cp, err := r.store().Load(context.Background())
-	if err != nil || cp == nil || !strings.Contains(cp.NeedsDecision, "rejected cursor") {
-		t.Fatalf("checkpoint not marked: %+v %v", cp, err)
+	if err != nil || cp == nil {
+		t.Fatalf("checkpoint: %+v %v", cp, err)
 	}
 	m.onPage = nil
+	return r, m, cp
+}
+
+func TestSourceSafetyStopMarksCheckpoint(t *testing.T) {
+	r, m, cp := stopOnThirdPage(t, connector.Stopf("tidemark reset", "the upstream rejected cursor %q", "c2"))
+	if !strings.Contains(cp.NeedsDecision, "rejected cursor") {
+		t.Fatalf("checkpoint not marked: %+v", cp)
+	}
 	e2, _ := r.engine(m, connector.Config{PageSize: 2})
+	var stop *connector.StopError
 	if _, err := e2.Run(context.Background(), connector.Once); !errors.As(err, &stop) || !strings.Contains(err.Error(), "needing an operator decision") {
 		t.Fatalf("a marked checkpoint must refuse to run: %v", err)
 	}
@@ -123,27 +137,10 @@ func TestSourceSafetyStopMarksCheckpoint(t *testing.T) {
 // checkpoint; once the source can read it (the newer member takes the
 // task), the run goes on.
 func TestCheckpointPositionStopIsNotMarked(t *testing.T) {
-	r := newRig(t)
-	m := newMemTable()
-	for i := range 6 {
-		m.set(fmt.Sprintf("k%d", i), t0.Add(time.Duration(i)*time.Second), "v", false)
+	r, m, cp := stopOnThirdPage(t, &connector.StopError{Reason: "the checkpoint's position does not fit the source table", Unmarked: true})
+	if cp.NeedsDecision != "" {
+		t.Fatalf("checkpoint marked for a stop about its own position: %+v", cp)
 	}
-	m.onPage = func(n int) {
-		if n == 3 {
-			m.failNext = &connector.StopError{Reason: "the checkpoint's position does not fit the source table", Unmarked: true}
-		}
-	}
-	e, _ := r.engine(m, connector.Config{PageSize: 2, TxnMaxRecords: 2})
-	_, err := e.Run(context.Background(), connector.Once)
-	var stop *connector.StopError
-	if !errors.As(err, &stop) {
-		t.Fatalf("want a safety stop, got %v", err)
-	}
-	cp, err := r.store().Load(context.Background())
-	if err != nil || cp == nil || cp.NeedsDecision != "" {
-		t.Fatalf("checkpoint marked for a stop about its own position: %+v %v", cp, err)
-	}
-	m.onPage = nil
 	e2, _ := r.engine(m, connector.Config{PageSize: 2})
 	if _, err := e2.Run(context.Background(), connector.Once); err != nil {
 		t.Fatalf("once the position can be read, the run goes on: %v", err)
