@@ -269,10 +269,7 @@ func TestEngineTiesAcrossPagesAndMutationsBetweenPages(t *testing.T) {
 	// can tombstone it, so the topic still holds its last state.
 	want := m.expected()
 	want["a1"] = `{"id":"a1","v":"v1"}`
-	st := r.assertFolded(want)
-	if d := dupes(st); len(d) > 0 {
-		t.Errorf("duplicate publications: %v", d)
-	}
+	st := r.assertOnce(want, "")
 	if c.Published == 0 || c.Transactions == 0 {
 		t.Errorf("completion: %+v", c)
 	}
@@ -297,10 +294,7 @@ func TestEngineResumeAfterFailureNoDuplicates(t *testing.T) {
 		}
 	}
 	c := r.once(m, connector.Config{PageSize: 3, TxnMaxRecords: 6, Margin: time.Second})
-	st := r.assertFolded(m.expected())
-	if d := dupes(st); len(d) > 0 {
-		t.Errorf("duplicate publications after resume: %v", d)
-	}
+	r.assertOnce(m.expected(), "after the resume")
 	if c.Published != 50 {
 		t.Errorf("published %d, want 50", c.Published)
 	}
@@ -431,8 +425,19 @@ func TestFailedRecoveryNeverContinuesOnUncommittedState(t *testing.T) {
 	if _, err := e.Run(ctx, connector.Once); err != nil {
 		t.Fatal(err)
 	}
-	st := r.assertFolded(m.expected())
+	r.assertOnce(m.expected(), "")
+}
+
+// assertOnce is assertFolded, and no row version published twice; when
+// names when (e.g. "after the resume"), for the message.
+func (r *rig) assertOnce(want map[string]string, when string) *fold.State {
+	r.t.Helper()
+	st := r.assertFolded(want)
 	if d := dupes(st); len(d) > 0 {
-		t.Errorf("duplicates: %v", d)
+		if when != "" {
+			when = " " + when
+		}
+		r.t.Errorf("%d row versions published twice%s, e.g. %v", len(d), when, d[:min(3, len(d))])
 	}
+	return st
 }
