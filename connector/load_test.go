@@ -1,7 +1,6 @@
 package connector_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/schemas"
+	"github.com/tidemark/tidemark/test/harness"
 )
 
 // memKeyTable is memTable that can also be read in key order (id order,
@@ -271,29 +271,11 @@ func TestKeyLoadSaysWhenFewerRangesThanWorkers(t *testing.T) {
 		for i := range rows {
 			m.set(fmt.Sprintf("k%04d", i), t0, "v1", false)
 		}
-		var buf lockedBuffer
+		var buf harness.SyncBuffer
 		r.once(m, connector.Config{LoadWorkers: 4, PageSize: 50, Logger: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 		warned := strings.Contains(buf.String(), "fewer key ranges than sync.load_workers")
 		if warned != (rows == 1) {
 			t.Errorf("%d rows: warned %v\n%s", rows, warned, buf.String())
 		}
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -34,7 +34,7 @@ import (
 // exit code and both outputs.
 func edgeCLI(t *testing.T, env map[string]string, args ...string) (int, string, string) {
 	t.Helper()
-	var o, e syncBuffer
+	var o, e harness.SyncBuffer
 	a := func(k string) string { return env[k] }
 	code := runEnv(context.Background(), args, &o, &e, a, func() []string {
 		var kv []string
@@ -168,7 +168,7 @@ func TestCLILogDurationsAndUnknownEnv(t *testing.T) {
 	if strings.Contains(errOut, "TIDEMARK_FEED_HMAC_KEY") {
 		t.Errorf("a known variable is warned about:\n%s", errOut)
 	}
-	var buf syncBuffer
+	var buf harness.SyncBuffer
 	log := newLogger(&buf, "info", "json")
 	log.Info("waiting", "retry_in", 1500*time.Millisecond)
 	if !strings.Contains(buf.String(), `"retry_in":"1.5s"`) {
@@ -193,7 +193,7 @@ func getJSON(t *testing.T, u string, v any) *http.Response {
 func startFeed(t *testing.T, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	var out, errOut lockedBuffer
+	var out, errOut harness.SyncBuffer
 	done := make(chan struct{})
 	code := 0
 	go func() {
@@ -345,7 +345,7 @@ func TestCLIConfigurationProblemsExit2(t *testing.T) {
 		{[]string{"replica", "--config", httpCfg, "--target-table", "r"}, []string{"--target-dsn", "source.kind http"}},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		var o, e syncBuffer
+		var o, e harness.SyncBuffer
 		code := run(ctx, tc.args, &o, &e)
 		cancel()
 		if code != exitConfig {
@@ -536,7 +536,7 @@ log:
 	t.Chdir(dir)
 	for _, args := range steps {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		var o, e syncBuffer
+		var o, e harness.SyncBuffer
 		code := run(ctx, args, &o, &e)
 		cancel()
 		if code != exitOK {
@@ -672,7 +672,7 @@ func TestIsTerminal(t *testing.T) {
 			t.Errorf("%s counts as a terminal", name)
 		}
 	}
-	if isTerminal(&syncBuffer{}) {
+	if isTerminal(&harness.SyncBuffer{}) {
 		t.Error("a buffer counts as a terminal")
 	}
 }

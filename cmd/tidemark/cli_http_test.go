@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -116,27 +115,9 @@ func (w *httpWorld) assertTopic() {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer safe for a writer goroutine and a reader.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *lockedBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *lockedBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func (w *httpWorld) cli(ctx context.Context, secret string, args ...string) (int, string, string) {
 	w.t.Helper()
-	var o, e lockedBuffer
+	var o, e harness.SyncBuffer
 	code := run(ctx, args, &o, &e)
 	if secret != "" && (strings.Contains(o.String(), secret) || strings.Contains(e.String(), secret)) {
 		w.t.Errorf("tidemark %s printed a secret:\n%s\n%s", args[0], o.String(), e.String())

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tidemark/tidemark/test/harness"
 )
 
 // freeAddr returns a 127.0.0.1 address with a port that was free a moment
@@ -162,7 +164,7 @@ func TestCLIMetricsAfterSync(t *testing.T) {
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	defer cancel2()
 	done2 := make(chan int, 1)
-	var stderr2 syncBuffer
+	var stderr2 harness.SyncBuffer
 	go func() {
 		code, _, e := w.cli(ctx2, "run", "--config", changed)
 		stderr2.Write([]byte(e))

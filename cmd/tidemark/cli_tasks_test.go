@@ -13,6 +13,7 @@ import (
 	"github.com/tidemark/tidemark/offsets"
 	"github.com/tidemark/tidemark/producer"
 	"github.com/tidemark/tidemark/schemas"
+	"github.com/tidemark/tidemark/test/harness"
 )
 
 // tasksWorld is a cliWorld with three tables, t_a, t_b and t_c, and a
@@ -161,13 +162,13 @@ func TestCLITasksGroup(t *testing.T) {
 	type member struct {
 		cancel context.CancelFunc
 		done   chan int
-		log    *syncBuffer
+		log    *harness.SyncBuffer
 	}
 	start := func() *member {
 		ctx, cancel := context.WithCancel(context.Background())
-		m := &member{cancel: cancel, done: make(chan int, 1), log: &syncBuffer{}}
+		m := &member{cancel: cancel, done: make(chan int, 1), log: &harness.SyncBuffer{}}
 		go func() {
-			var out syncBuffer
+			var out harness.SyncBuffer
 			m.done <- run(ctx, []string{"run", "--config", cfg}, &out, m.log)
 		}()
 		return m
@@ -303,10 +304,10 @@ func TestCLITaskFailsAlone(t *testing.T) {
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var log syncBuffer
+	var log harness.SyncBuffer
 	done := make(chan int, 1)
 	go func() {
-		var o syncBuffer
+		var o harness.SyncBuffer
 		done <- run(runCtx, []string{"run", "--config", cfg}, &o, &log)
 	}()
 	w.writeRows(5, 20, "two")

@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -111,28 +109,10 @@ log:
 	return path
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer goroutine and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // cli runs the CLI in-process and checks that no output holds the password.
 func (w *cliWorld) cli(ctx context.Context, args ...string) (code int, stdout, stderr string) {
 	w.t.Helper()
-	var o, e syncBuffer
+	var o, e harness.SyncBuffer
 	code = run(ctx, args, &o, &e)
 	stdout, stderr = o.String(), e.String()
 	w.noSecret(args[0], stdout, stderr)
@@ -345,7 +325,7 @@ func TestCLISecondInstanceFencesFirst(t *testing.T) {
 	}
 	first := make(chan result, 1)
 	go func() {
-		var o, e syncBuffer
+		var o, e harness.SyncBuffer
 		code := run(ctx, []string{"run", "--config", cfg}, &o, &e)
 		first <- result{code, o.String(), e.String()}
 	}()

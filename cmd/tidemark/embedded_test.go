@@ -15,6 +15,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark/tidemark/test/harness"
 )
 
 // produceOne creates topic and writes one record to it at addr.
@@ -106,7 +108,7 @@ func TestBrokerCommand(t *testing.T) {
 	}
 	serve := func() (stop func() string) {
 		ctx, cancel := context.WithCancel(context.Background())
-		var out, errOut syncBuffer
+		var out, errOut harness.SyncBuffer
 		done := make(chan int, 1)
 		go func() { done <- run(ctx, []string{"broker", "--config", cfg}, &out, &errOut) }()
 		for deadline := time.Now().Add(20 * time.Second); !strings.Contains(out.String(), addr); {
@@ -164,7 +166,7 @@ func TestBrokerCommandNeedsOnlyDataDir(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out, errOut syncBuffer
+	var out, errOut harness.SyncBuffer
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, []string{"broker", "--config", cfg}, &out, &errOut) }()
 	deadline := time.Now().Add(20 * time.Second)

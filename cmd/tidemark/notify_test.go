@@ -14,6 +14,7 @@ import (
 
 	"github.com/tidemark/tidemark/fold"
 	"github.com/tidemark/tidemark/schemas"
+	"github.com/tidemark/tidemark/test/harness"
 )
 
 // TestCLINotifyWakesRun: on a table whose name holds quotes and a space,
@@ -63,9 +64,9 @@ func TestCLINotifyWakesRun(t *testing.T) {
 		out, err string
 	}
 	done := make(chan result, 1)
-	var stderr syncBuffer
+	var stderr harness.SyncBuffer
 	go func() {
-		var o syncBuffer
+		var o harness.SyncBuffer
 		code := run(rctx, []string{"run", "--config", cfg, "--sync.poll_interval", "1h", "--log.level", "info", "--metrics.listen", addr}, &o, &stderr)
 		done <- result{code, o.String(), stderr.String()}
 	}()

@@ -122,7 +122,7 @@ func TestListenerReconnects(t *testing.T) {
 func TestListenerSurvivesRestart(t *testing.T) {
 	pg := harness.StartPostgres(t)
 	db := harness.NewDBOn(t, pg)
-	var logs syncLog
+	var logs harness.SyncBuffer
 	l := listen(t, db, postgres.ListenConfig{Channel: "restart", MaxBackoff: 500 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	pid := l.PID()
@@ -149,24 +149,6 @@ func TestListenerSurvivesRestart(t *testing.T) {
 			t.Errorf("the log does not say %q:\n%s", want, out)
 		}
 	}
-}
-
-// syncLog is a log destination safe for the listener's goroutine.
-type syncLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncLog) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncLog) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestListenerHeartbeat: a connection checked by heartbeats many times
