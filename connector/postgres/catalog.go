@@ -267,35 +267,27 @@ func (t *table) checkID(ctx context.Context, q querier, name string, rep *Report
 	}
 	// Unique means a valid, non-partial unique index (or primary key) on
 	// exactly this one column: only then is (updated_at, id) a total order.
-	var unique bool
+	// With a nondeterministic collation (say case-insensitive), which
+	// calls 'a' and 'A' equal, it must also be of the column's collation:
+	// ORDER BY and the keyset cursor compare by the column's, and would
+	// tie two ids that an index of another collation lets exist side by
+	// side, so that a page boundary between them skips one (sameOrder).
+	var unique, sameOrder bool
 	err := q.QueryRow(ctx, `
-		SELECT EXISTS (
-			SELECT 1 FROM pg_catalog.pg_index i
+		WITH u AS (
+			SELECT i.indcollation[0] AS coll FROM pg_catalog.pg_index i
 			WHERE i.indrelid = $1 AND i.indisunique AND i.indisvalid AND i.indpred IS NULL
-			  AND i.indnkeyatts = 1 AND i.indkey[0] = $2)`, t.oid, c.num).Scan(&unique)
+			  AND i.indnkeyatts = 1 AND i.indkey[0] = $2)
+		SELECT EXISTS (SELECT 1 FROM u),
+		       coalesce((SELECT co.collisdeterministic FROM pg_catalog.pg_collation co WHERE co.oid = a.attcollation), true)
+		           OR EXISTS (SELECT 1 FROM u WHERE u.coll = a.attcollation)
+		FROM pg_catalog.pg_attribute a WHERE a.attrelid = $1 AND a.attnum = $2`, t.oid, c.num).Scan(&unique, &sameOrder)
 	if err != nil {
 		return fmt.Errorf("look up unique indexes of %s: %w", t.ident, err)
 	}
-	if unique {
-		// A nondeterministic collation (say case-insensitive) calls 'a'
-		// and 'A' equal: ORDER BY and the keyset cursor, which compare
-		// by the column's collation, then tie two ids that a unique
-		// index of another collation lets exist side by side, and a
-		// page boundary between them skips one.
-		var sameOrder bool
-		err := q.QueryRow(ctx, `
-			SELECT coalesce((SELECT co.collisdeterministic FROM pg_catalog.pg_collation co WHERE co.oid = a.attcollation), true)
-			    OR EXISTS (SELECT 1 FROM pg_catalog.pg_index i
-			               WHERE i.indrelid = $1 AND i.indisunique AND i.indisvalid AND i.indpred IS NULL
-			                 AND i.indnkeyatts = 1 AND i.indkey[0] = $2 AND i.indcollation[0] = a.attcollation)
-			FROM pg_catalog.pg_attribute a WHERE a.attrelid = $1 AND a.attnum = $2`, t.oid, c.num).Scan(&sameOrder)
-		if err != nil {
-			return fmt.Errorf("look up the collation of %s: %w", quote(name), err)
-		}
-		if !sameOrder {
-			problems++
-			rep.fail("id", "id column %s of %s has a nondeterministic collation, and no unique index on it uses that collation: two ids it calls equal (say 'a' and 'A') can both exist, and the walk, which orders by the column's collation, would skip one of them at a page boundary; give the column a deterministic collation (ALTER TABLE %s ALTER COLUMN %s TYPE text COLLATE \"C\"), or make its unique index use the column's collation", quote(name), t.ident, t.ident, quote(name))
-		}
+	if unique && !sameOrder {
+		problems++
+		rep.fail("id", "id column %s of %s has a nondeterministic collation, and no unique index on it uses that collation: two ids it calls equal (say 'a' and 'A') can both exist, and the walk, which orders by the column's collation, would skip one of them at a page boundary; give the column a deterministic collation (ALTER TABLE %s ALTER COLUMN %s TYPE text COLLATE \"C\"), or make its unique index use the column's collation", quote(name), t.ident, t.ident, quote(name))
 	}
 	if unique && t.relkind == 'r' {
 		// Every query reads the table with its inheritance children (no
@@ -319,13 +311,11 @@ func (t *table) checkID(ctx context.Context, q querier, name string, rep *Report
 	if !unique {
 		problems++
 		switch t.relkind {
-		case 'v', 'f', 'm':
+		case 'm':
+			// A materialized view takes a unique index, not a key.
+			rep.fail("id", "id column %s of %s is not unique (no unique index on exactly that column); ties on updated_at would be ambiguous: CREATE UNIQUE INDEX CONCURRENTLY ON %s (%s)", quote(name), t.ident, t.ident, quote(name))
+		case 'v', 'f':
 			// A view or a foreign table has no index of its own.
-			if t.relkind == 'm' {
-				// A materialized view takes a unique index, not a key.
-				rep.fail("id", "id column %s of %s is not unique (no unique index on exactly that column); ties on updated_at would be ambiguous: CREATE UNIQUE INDEX CONCURRENTLY ON %s (%s)", quote(name), t.ident, t.ident, quote(name))
-				break
-			}
 			rep.fail("id", "id column %s of %s is not unique: a view or foreign table has no index that could prove it; sync the table it reads from, which needs a primary key or unique index on the id", quote(name), t.ident)
 		case 'p':
 			// PostgreSQL wants the partition key in every unique index
