@@ -17,12 +17,6 @@ func (f *TopicFold) backwards(key string) {
 	if !slices.Contains(f.sample, key) {
 		f.sample = SmallestKeys(f.sample, key, backSample)
 	}
-	f.remember(key)
-}
-
-// remember keeps key for Recheck (with Repeats), or counts the record as
-// Unchecked once the budget of keys is spent.
-func (f *TopicFold) remember(key string) {
 	if !f.Repeats {
 		return
 	}
