@@ -192,7 +192,7 @@ func (c *Config) defaults() {
 		c.Now = time.Now
 	}
 	if c.Observer == nil {
-		c.Observer = nopObserver{}
+		c.Observer = NopObserver{}
 	}
 }
 

@@ -159,15 +159,11 @@ func TestSweepStopsOnMisplacedRecords(t *testing.T) {
 
 // commitLog keeps every CommitInfo.
 type commitLog struct {
+	connector.NopObserver
 	mu      sync.Mutex
 	commits []connector.CommitInfo
 }
 
-func (o *commitLog) ObservePage(time.Duration, int)     {}
-func (o *commitLog) ObserveAbort()                      {}
-func (o *commitLog) ObserveRetry(string)                {}
-func (o *commitLog) ObserveStop(string)                 {}
-func (o *commitLog) ObserveSweep(connector.SweepResult) {}
 func (o *commitLog) ObserveCommit(c connector.CommitInfo) {
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -62,11 +62,13 @@ type SchemaObserver interface {
 	ObserveSchemaChange()
 }
 
-type nopObserver struct{}
+// NopObserver observes nothing. It is the default Observer; embed it to
+// implement only the methods an observer needs.
+type NopObserver struct{}
 
-func (nopObserver) ObservePage(time.Duration, int) {}
-func (nopObserver) ObserveCommit(CommitInfo)       {}
-func (nopObserver) ObserveAbort()                  {}
-func (nopObserver) ObserveRetry(string)            {}
-func (nopObserver) ObserveStop(string)             {}
-func (nopObserver) ObserveSweep(SweepResult)       {}
+func (NopObserver) ObservePage(time.Duration, int) {}
+func (NopObserver) ObserveCommit(CommitInfo)       {}
+func (NopObserver) ObserveAbort()                  {}
+func (NopObserver) ObserveRetry(string)            {}
+func (NopObserver) ObserveStop(string)             {}
+func (NopObserver) ObserveSweep(SweepResult)       {}

@@ -114,13 +114,11 @@ func (f *flakyClock) Now(context.Context) (time.Time, error) {
 }
 
 // passObserver counts the committed ends of passes, and of head passes.
-type passObserver struct{ ends, heads atomic.Int64 }
+type passObserver struct {
+	connector.NopObserver
+	ends, heads atomic.Int64
+}
 
-func (o *passObserver) ObservePage(time.Duration, int)     {}
-func (o *passObserver) ObserveAbort()                      {}
-func (o *passObserver) ObserveRetry(string)                {}
-func (o *passObserver) ObserveStop(string)                 {}
-func (o *passObserver) ObserveSweep(connector.SweepResult) {}
 func (o *passObserver) ObserveCommit(c connector.CommitInfo) {
 	if c.PassEnded {
 		o.ends.Add(1)

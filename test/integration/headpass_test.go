@@ -58,13 +58,11 @@ func TestNotifyPassesStartAtTheWatermark(t *testing.T) {
 }
 
 // headObserver counts the committed ends of head passes.
-type headObserver struct{ heads atomic.Int64 }
+type headObserver struct {
+	connector.NopObserver
+	heads atomic.Int64
+}
 
-func (o *headObserver) ObservePage(time.Duration, int)     {}
-func (o *headObserver) ObserveAbort()                      {}
-func (o *headObserver) ObserveRetry(string)                {}
-func (o *headObserver) ObserveStop(string)                 {}
-func (o *headObserver) ObserveSweep(connector.SweepResult) {}
 func (o *headObserver) ObserveCommit(c connector.CommitInfo) {
 	if c.PassEnded && c.HeadPass {
 		o.heads.Add(1)

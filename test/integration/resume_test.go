@@ -272,11 +272,9 @@ func holdOldestTransaction(t *testing.T, r *rig.Rig) func() {
 }
 
 // retryCount is a connector.Observer that counts transient failures.
-type retryCount struct{ n atomic.Int64 }
+type retryCount struct {
+	connector.NopObserver
+	n atomic.Int64
+}
 
-func (o *retryCount) ObservePage(time.Duration, int)     {}
-func (o *retryCount) ObserveCommit(connector.CommitInfo) {}
-func (o *retryCount) ObserveAbort()                      {}
-func (o *retryCount) ObserveRetry(string)                { o.n.Add(1) }
-func (o *retryCount) ObserveStop(string)                 {}
-func (o *retryCount) ObserveSweep(connector.SweepResult) {}
+func (o *retryCount) ObserveRetry(string) { o.n.Add(1) }
