@@ -60,6 +60,14 @@ type PageRequest struct {
 	// short pages, between which head passes run (docs/design.md, "Head
 	// passes during a full pass").
 	From, Before time.Time
+	// Bound and Visible, when set, leave out the versions dated at or
+	// after Bound that were not visible when Visible, a token from
+	// Bounder.MarkVisible, was taken (a source that cannot tell leaves out
+	// none): a pass reads above the clock of its start only what was
+	// visible then (docs/design.md, "A pass ends at its clock"). Only for
+	// a page not bounded by Before.
+	Bound   time.Time
+	Visible string
 	// Steps are the head passes since the last full pass, for a full pass
 	// (docs/design.md, "Head passes"), in the order they ran: the source
 	// may also leave out a row version dated at or after a step's Since
@@ -149,6 +157,17 @@ type Marker interface {
 	// Mark returns an opaque token for a pass about to start, before it
 	// reads anything.
 	Mark(ctx context.Context) (string, error)
+}
+
+// Bounder is implemented by Windowers that can end a pass at the clock of
+// its start (docs/design.md, "A pass ends at its clock"): the pass reads
+// its range up to that clock, and above it only what was visible when it
+// began, so that it does not chase rows committed while it reads.
+// Discovered by type assertion.
+type Bounder interface {
+	// MarkVisible is Marker.Mark, and also returns a token for
+	// PageRequest.Visible naming what is visible as the mark is taken.
+	MarkVisible(ctx context.Context) (mark, visible string, err error)
 }
 
 // Clock is implemented by sources that can read their own clock. A pass

@@ -63,27 +63,75 @@ func relationOf(oids string) relation {
 	return r
 }
 
-// markSQL reads the oldest running transaction id of the current snapshot
-// and the relation now under the configured name ($1, a quoted identifier):
-// its oid and its partitions', or "" when there is none. txid_snapshot_xmin
-// and txid_current_snapshot exist in every supported PostgreSQL
+// markSQL reads the oldest running transaction id of the current snapshot,
+// the relation now under the configured name ($1, a quoted identifier):
+// its oid and its partitions', or "" when there is none, and the snapshot
+// itself as text (see visibleIn). txid_snapshot_xmin and
+// txid_current_snapshot exist in every supported PostgreSQL
 // (pg_snapshot_xmin is their newer name from 13 on).
 const markSQL = `SELECT txid_snapshot_xmin(txid_current_snapshot()), coalesce((SELECT r.oid::oid::text || coalesce((SELECT ',' || string_agg(p.relid::oid::text, ',' ORDER BY p.relid::oid)
-		FROM pg_catalog.pg_partition_tree(r.oid) p), '') FROM (SELECT pg_catalog.to_regclass($1) AS oid) r WHERE r.oid IS NOT NULL), '')`
+		FROM pg_catalog.pg_partition_tree(r.oid) p), '') FROM (SELECT pg_catalog.to_regclass($1) AS oid) r WHERE r.oid IS NOT NULL), ''), txid_current_snapshot()::text`
 
 // Mark returns the token of a pass about to start, or "" for a view or a
 // foreign table (no row versions to compare).
 func (s *Source) Mark(ctx context.Context) (string, error) {
+	mark, _, err := s.MarkVisible(ctx)
+	return mark, err
+}
+
+// MarkVisible is Mark, and also returns the snapshot the mark was read
+// from, "xmin:xmax:xip,..." (txid_snapshot's text), for
+// PageRequest.Visible; "" and "" for a view or a foreign table.
+func (s *Source) MarkVisible(ctx context.Context) (mark, visible string, err error) {
 	sh := s.shape()
 	if !sh.q.marks {
-		return "", nil
+		return "", "", nil
 	}
 	var x int64
 	var rel string
-	if err := s.pool.QueryRow(ctx, markSQL, sh.tbl.ident).Scan(&x, &rel); err != nil {
-		return "", fmt.Errorf("read the oldest running transaction: %w", err)
+	if err := s.pool.QueryRow(ctx, markSQL, sh.tbl.ident).Scan(&x, &rel, &visible); err != nil {
+		return "", "", fmt.Errorf("read the oldest running transaction: %w", err)
 	}
-	return formatMark(x, rel), nil
+	return formatMark(x, rel), visible, nil
+}
+
+// visibleIn returns the page query's parameters for PageRequest.Bound
+// and Visible, a snapshot as MarkVisible returns it: the bound, the
+// snapshot's xmin, its xmax and the ids in progress, modulo 2^32 (see
+// buildQueries' bounded). nil when there is no bound, or the relation has
+// no row versions to test: every version is returned then.
+func visibleIn(sh *shape, bound time.Time, snap string) ([]any, error) {
+	if bound.IsZero() || !sh.q.marks {
+		return nil, nil
+	}
+	bad := func() ([]any, error) {
+		return nil, fmt.Errorf("snapshot %q (PageRequest.Visible) is not xmin:xmax:xip,...: %w", snap, connector.ErrPermanent)
+	}
+	xs, rest, ok1 := strings.Cut(snap, ":")
+	xm, xips, ok2 := strings.Cut(rest, ":")
+	if !ok1 || !ok2 {
+		return bad()
+	}
+	id := func(v string) (int64, bool) {
+		n, err := strconv.ParseInt(v, 10, 64)
+		return n & 0xffffffff, err == nil && n >= 0
+	}
+	xmin, ok1 := id(xs)
+	xmax, ok2 := id(xm)
+	if !ok1 || !ok2 {
+		return bad()
+	}
+	ip := []int64{}
+	if xips != "" {
+		for v := range strings.SplitSeq(xips, ",") {
+			n, ok := id(v)
+			if !ok {
+				return bad()
+			}
+			ip = append(ip, n)
+		}
+	}
+	return []any{bound, xmin, xmax, ip}, nil
 }
 
 // relationDigest is the relation part of a mark: a digest of the oids
