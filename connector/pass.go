@@ -30,6 +30,7 @@ func (e *Engine) pass(ctx context.Context) error {
 		return e.keyLoad(ctx, now)
 	}
 	fresh := false
+	visible := "" // what was visible as the mark was taken (Bounder)
 	switch e.cp.Phase {
 	case schemas.PhasePass:
 		// Resume the open pass at its stored cursor and lower bound.
@@ -88,12 +89,14 @@ func (e *Engine) pass(ctx context.Context) error {
 			}
 			e.cp.PassHorizon = schemas.FormatTime(wcap.UTC().Truncate(time.Microsecond))
 			e.cp.PassMark = ""
-			if m, ok := e.src.(Marker); ok {
-				mark, err := m.Mark(ctx)
-				if err != nil {
-					return staged("source", fmt.Errorf("mark the start of the pass: %w", err))
-				}
-				e.cp.PassMark = mark
+			var err error
+			if b, ok := e.src.(Bounder); ok {
+				e.cp.PassMark, visible, err = b.MarkVisible(ctx)
+			} else if m, ok := e.src.(Marker); ok {
+				e.cp.PassMark, err = m.Mark(ctx)
+			}
+			if err != nil {
+				return staged("source", fmt.Errorf("mark the start of the pass: %w", err))
 			}
 		}
 		// A full pass reads from the last full pass's W - margin; a head
@@ -175,11 +178,22 @@ func (e *Engine) pass(ctx context.Context) error {
 	// after a restart, the checkpoint a head pass committed in between
 	// has the next full pass start over.
 	var win windows
+	w, windower := src.(Windower)
+	windower = windower && w.Windows()
 	nest := fresh && e.cfg.Wake != nil && e.cp.Phase == schemas.PhasePass && !e.cp.PassHead && !since.IsZero()
-	if w, ok := src.(Windower); nest && ok && w.Windows() {
+	if nest && windower {
 		win = newWindows(since, e.clockAt)
 	}
 	nest = nest && win.n > 0
+	// A pass reads above the clock of its start only what was visible
+	// then: rows committed while it reads are the next pass's, which
+	// starts below them, so it does not chase the writers (docs/design.md,
+	// "A pass ends at its clock"). A resumed pass reads on to the end, as
+	// the snapshot is not kept.
+	var bound time.Time
+	if visible != "" && windower && !since.IsZero() {
+		bound = e.clockAt.Truncate(time.Microsecond)
+	}
 	if !e.cp.PassHead {
 		e.fullHeads, e.nestOpen = 0, nest
 	}
@@ -188,10 +202,14 @@ func (e *Engine) pass(ctx context.Context) error {
 			skip, mark = "", ""
 		}
 	}
-	e.log.Debug("pass", "phase", e.cp.Phase, "head", e.cp.PassHead, "since", orInf(e.cp.PassLow), "cursor", e.cp.Cursor, "windows", win.n)
+	e.log.Debug("pass", "phase", e.cp.Phase, "head", e.cp.PassHead, "since", orInf(e.cp.PassLow), "cursor", e.cp.Cursor, "windows", win.n, "bound", bound)
 	// request is the page request after cursor (in the open window).
 	request := func(cursor string) PageRequest {
-		return PageRequest{Since: since, From: win.from(), Before: win.before(), Cursor: cursor, Limit: e.cfg.PageSize, Skip: skip, Mark: mark, Settle: settle, Steps: steps}
+		req := PageRequest{Since: since, From: win.from(), Before: win.before(), Cursor: cursor, Limit: e.cfg.PageSize, Skip: skip, Mark: mark, Settle: settle, Steps: steps}
+		if req.Before.IsZero() && !bound.IsZero() {
+			req.Bound, req.Visible = bound, visible
+		}
+		return req
 	}
 	cursor := e.cp.Cursor // the open window's cursor
 	pages := 0
