@@ -30,10 +30,42 @@ func (e *Engine) pass(ctx context.Context) error {
 		return e.keyLoad(ctx, now)
 	}
 	fresh := false
-	visible := "" // what was visible as the mark was taken (Bounder)
+	// A pass reads its pages in one consistent view when the source has
+	// one (docs/design.md, "A pass reads one snapshot"): it reads the
+	// source as it was when it began, and what commits meanwhile is the
+	// next pass's, so it does not chase the writers. A head pass between
+	// two of its pages needs a later view for the pages after it.
+	var view PassView
+	openView := func() error {
+		vw, ok := e.src.(Viewer)
+		if !ok {
+			return nil
+		}
+		v, err := vw.OpenView(ctx)
+		if err != nil {
+			return staged("source", err)
+		}
+		view = v
+		return nil
+	}
+	closeView := func() {
+		if view != nil {
+			// A view that cannot be ended cleanly is dropped with its
+			// connection; it held nothing to keep.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), viewCloseTimeout)
+			_ = view.Close(cctx)
+			cancel()
+			view = nil
+		}
+	}
+	defer closeView()
 	switch e.cp.Phase {
 	case schemas.PhasePass:
-		// Resume the open pass at its stored cursor and lower bound.
+		// Resume the open pass at its stored cursor and lower bound, in a
+		// view of the source now.
+		if err := openView(); err != nil {
+			return err
+		}
 	case schemas.PhaseSnapshot:
 		// Resume the consistent load at its committed cursor under a new
 		// snapshot. The watermark it hands over stays the first
@@ -89,14 +121,17 @@ func (e *Engine) pass(ctx context.Context) error {
 			}
 			e.cp.PassHorizon = schemas.FormatTime(wcap.UTC().Truncate(time.Microsecond))
 			e.cp.PassMark = ""
-			var err error
-			if b, ok := e.src.(Bounder); ok {
-				e.cp.PassMark, visible, err = b.MarkVisible(ctx)
-			} else if m, ok := e.src.(Marker); ok {
-				e.cp.PassMark, err = m.Mark(ctx)
+			if err := openView(); err != nil {
+				return err
 			}
-			if err != nil {
-				return staged("source", fmt.Errorf("mark the start of the pass: %w", err))
+			if view != nil {
+				e.cp.PassMark = view.Mark()
+			} else if m, ok := e.src.(Marker); ok {
+				mark, err := m.Mark(ctx)
+				if err != nil {
+					return staged("source", fmt.Errorf("mark the start of the pass: %w", err))
+				}
+				e.cp.PassMark = mark
 			}
 		}
 		// A full pass reads from the last full pass's W - margin; a head
@@ -178,22 +213,11 @@ func (e *Engine) pass(ctx context.Context) error {
 	// after a restart, the checkpoint a head pass committed in between
 	// has the next full pass start over.
 	var win windows
-	w, windower := src.(Windower)
-	windower = windower && w.Windows()
 	nest := fresh && e.cfg.Wake != nil && e.cp.Phase == schemas.PhasePass && !e.cp.PassHead && !since.IsZero()
-	if nest && windower {
+	if w, ok := src.(Windower); nest && ok && w.Windows() {
 		win = newWindows(since, e.clockAt)
 	}
 	nest = nest && win.n > 0
-	// A pass reads above the clock of its start only what was visible
-	// then: rows committed while it reads are the next pass's, which
-	// starts below them, so it does not chase the writers (docs/design.md,
-	// "A pass ends at its clock"). A resumed pass reads on to the end, as
-	// the snapshot is not kept.
-	var bound time.Time
-	if visible != "" && windower && !since.IsZero() {
-		bound = e.clockAt.Truncate(time.Microsecond)
-	}
 	if !e.cp.PassHead {
 		e.fullHeads, e.nestOpen = 0, nest
 	}
@@ -202,14 +226,10 @@ func (e *Engine) pass(ctx context.Context) error {
 			skip, mark = "", ""
 		}
 	}
-	e.log.Debug("pass", "phase", e.cp.Phase, "head", e.cp.PassHead, "since", orInf(e.cp.PassLow), "cursor", e.cp.Cursor, "windows", win.n, "bound", bound)
+	e.log.Debug("pass", "phase", e.cp.Phase, "head", e.cp.PassHead, "since", orInf(e.cp.PassLow), "cursor", e.cp.Cursor, "windows", win.n, "view", view != nil)
 	// request is the page request after cursor (in the open window).
 	request := func(cursor string) PageRequest {
-		req := PageRequest{Since: since, From: win.from(), Before: win.before(), Cursor: cursor, Limit: e.cfg.PageSize, Skip: skip, Mark: mark, Settle: settle, Steps: steps}
-		if req.Before.IsZero() && !bound.IsZero() {
-			req.Bound, req.Visible = bound, visible
-		}
-		return req
+		return PageRequest{Since: since, From: win.from(), Before: win.before(), Cursor: cursor, Limit: e.cfg.PageSize, Skip: skip, Mark: mark, Settle: settle, Steps: steps, View: view}
 	}
 	cursor := e.cp.Cursor // the open window's cursor
 	pages := 0
@@ -230,11 +250,21 @@ func (e *Engine) pass(ctx context.Context) error {
 			err  error
 			cut  bool
 		)
-		if ahead != nil && ahead.req.Cursor == req.Cursor && ahead.req.From.Equal(req.From) && ahead.req.Before.Equal(req.Before) && !e.txOpen {
+		if ahead != nil && ahead.req.Cursor == req.Cursor && ahead.req.From.Equal(req.From) && ahead.req.Before.Equal(req.Before) && ahead.req.View == req.View && !e.txOpen {
 			page, err = ahead.wait()
 			fetchStart = time.Now().Add(-ahead.took) // the fetch's own time, not the commit's
 			ahead = nil
 		} else {
+			if ahead != nil && view != nil {
+				// A fetch cancelled in the view may have ended its
+				// session: the pass goes on in a new view.
+				ahead.stop()
+				closeView()
+				if err := openView(); err != nil {
+					return err
+				}
+				req = request(cursor)
+			}
 			ahead.stop()
 			ahead = nil
 			fctx, cancel := ctx, context.CancelFunc(func() {})
@@ -257,6 +287,14 @@ func (e *Engine) pass(ctx context.Context) error {
 					"cursor", req.Cursor, "waited", time.Since(fetchStart).Round(time.Millisecond))
 				if err := e.commit(ctx); err != nil {
 					return err
+				}
+				// The cancelled fetch may have ended the view's
+				// session: the pass goes on in a new view.
+				if view != nil {
+					closeView()
+					if err := openView(); err != nil {
+						return err
+					}
 				}
 				continue
 			}
@@ -292,6 +330,9 @@ func (e *Engine) pass(ctx context.Context) error {
 				e.cp.Cursor = page.Next
 				ev.cursor = page.Next
 			}
+			// Nothing more is read in the view, and its session may be
+			// the pool's only one (horizon mode samples at the end).
+			closeView()
 			if err := e.endPass(ctx); err != nil {
 				return err
 			}
@@ -316,8 +357,19 @@ func (e *Engine) pass(ctx context.Context) error {
 					return err
 				}
 			}
+			// The pages after the head pass must come from a later
+			// snapshot than its pages: a key's record published later
+			// must be its newer version. The view is given back
+			// meanwhile, so the two passes never hold two sessions.
+			reopen := view != nil
+			closeView()
 			if err := e.headBetween(ctx); err != nil {
 				return err
+			}
+			if reopen {
+				if err := openView(); err != nil {
+					return err
+				}
 			}
 			continue
 		}
@@ -331,6 +383,10 @@ func (e *Engine) pass(ctx context.Context) error {
 		}
 	}
 }
+
+// viewCloseTimeout bounds the wait for a pass's view to end (a server that
+// stopped answering): the view's connection is dropped then.
+const viewCloseTimeout = 10 * time.Second
 
 // fullWindows is the number of windows of updated_at a full pass that
 // head passes may interrupt is cut into; minWindow is the narrowest.

@@ -60,14 +60,10 @@ type PageRequest struct {
 	// short pages, between which head passes run (docs/design.md, "Head
 	// passes during a full pass").
 	From, Before time.Time
-	// Bound and Visible, when set, leave out the versions dated at or
-	// after Bound that were not visible when Visible, a token from
-	// Bounder.MarkVisible, was taken (a source that cannot tell leaves out
-	// none): a pass reads above the clock of its start only what was
-	// visible then (docs/design.md, "A pass ends at its clock"). Only for
-	// a page not bounded by Before.
-	Bound   time.Time
-	Visible string
+	// View, when set, is a view from the source's Viewer.OpenView: the
+	// page is read inside it, seeing the upstream as it was when the view
+	// was opened (docs/design.md, "A pass reads one snapshot").
+	View PassView
 	// Steps are the head passes since the last full pass, for a full pass
 	// (docs/design.md, "Head passes"), in the order they ran: the source
 	// may also leave out a row version dated at or after a step's Since
@@ -159,15 +155,23 @@ type Marker interface {
 	Mark(ctx context.Context) (string, error)
 }
 
-// Bounder is implemented by Windowers that can end a pass at the clock of
-// its start (docs/design.md, "A pass ends at its clock"): the pass reads
-// its range up to that clock, and above it only what was visible when it
-// began, so that it does not chase rows committed while it reads.
-// Discovered by type assertion.
-type Bounder interface {
-	// MarkVisible is Marker.Mark, and also returns a token for
-	// PageRequest.Visible naming what is visible as the mark is taken.
-	MarkVisible(ctx context.Context) (mark, visible string, err error)
+// PassView is a consistent view of the upstream for the pages of a pass.
+type PassView interface {
+	// Mark is the view's token (see Marker): every version written below
+	// it is visible in the view. "" when the source has none.
+	Mark() string
+	// Close releases the view. Call it once no page is being read in it.
+	Close(ctx context.Context) error
+}
+
+// Viewer is implemented by sources that can read a pass inside one
+// consistent view, so that the pass reads the upstream as it was when it
+// began and does not chase the rows committed while it reads
+// (docs/design.md, "A pass reads one snapshot"). Discovered by type
+// assertion.
+type Viewer interface {
+	// OpenView opens a view, with its mark, for PageRequest.View.
+	OpenView(ctx context.Context) (PassView, error)
 }
 
 // Clock is implemented by sources that can read their own clock. A pass

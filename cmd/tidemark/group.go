@@ -56,8 +56,8 @@ func (a *cli) newTaskEnv() (*taskEnv, error) {
 		return nil, err
 	}
 	env := &taskEnv{opts: opts, pools: map[string]*pgxpool.Pool{}, need: map[string]int{}}
-	// A task holds at most two connections at once (a page and the clock,
-	// or a snapshot and the clock), plus its load workers.
+	// A task holds at most two connections at once (its pass's view or a
+	// snapshot, and a catalog or clock query), plus its load workers.
 	for _, t := range a.cfg.Tasks {
 		pc, err := a.forTask(t, env).pgConfig()
 		if err != nil {

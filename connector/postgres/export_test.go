@@ -27,3 +27,11 @@ func SetSessionWait(d time.Duration) (restore func()) {
 	sessionWait = d
 	return func() { sessionWait = old }
 }
+
+// SetMaxViewAge sets how long a pass reads in one snapshot, and returns a
+// func that restores it.
+func SetMaxViewAge(d time.Duration) (restore func()) {
+	old := maxViewAge
+	maxViewAge = d
+	return func() { maxViewAge = old }
+}

@@ -230,7 +230,7 @@ func TestMarksSettle(t *testing.T) {
 		{"x1 marks", v1(150), mk(200), v1(100), int64(150), int64(100)},
 		{"settle mark 3e9 ids old", mk(1000 + 3_000_000_000 - 5), mk(1000 + 3_000_000_000), mk(1000), int64((1000 + 3_000_000_000 - 5) & 0xffffffff), nil},
 	} {
-		skip, settled, err := s.marks(context.Background(), sh, connector.PageRequest{Skip: c.skip, Mark: c.mark, Settle: c.settle})
+		skip, settled, err := s.marks(context.Background(), nil, sh, connector.PageRequest{Skip: c.skip, Mark: c.mark, Settle: c.settle})
 		if err != nil {
 			t.Errorf("%s: %v", c.name, err)
 			continue
@@ -244,11 +244,11 @@ func TestMarksSettle(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"nonsense", "x2:100", "x2:100@", "x1:100@16384", "x2:-1@1"} {
-		_, _, err := s.marks(context.Background(), sh, connector.PageRequest{Mark: mk(1), Settle: bad})
+		_, _, err := s.marks(context.Background(), nil, sh, connector.PageRequest{Mark: mk(1), Settle: bad})
 		if stop := (*connector.StopError)(nil); !errors.As(err, &stop) {
 			t.Errorf("settle mark %q: %v is not a safety stop (a retry reads the same checkpoint)", bad, err)
 		}
-		_, _, err = s.marks(context.Background(), sh, connector.PageRequest{Mark: mk(1), Skip: bad})
+		_, _, err = s.marks(context.Background(), nil, sh, connector.PageRequest{Mark: mk(1), Skip: bad})
 		if stop := (*connector.StopError)(nil); !errors.As(err, &stop) {
 			t.Errorf("skip mark %q: %v is not a safety stop", bad, err)
 		}
@@ -284,7 +284,7 @@ func TestMarksSteps(t *testing.T) {
 		{"above the pass's mark", mk(200), []connector.Step{step(150, 1), step(300, 2)}, nil, nil},
 		{"2^30 ids old", mk(1000 + 1<<30), []connector.Step{step(1000, 1), step(2000, 2)}, []time.Time{at(2)}, []int64{2000}},
 	} {
-		lows, marks, err := s.steps(context.Background(), sh, connector.PageRequest{Mark: c.mark, Steps: c.steps})
+		lows, marks, err := s.steps(context.Background(), nil, sh, connector.PageRequest{Mark: c.mark, Steps: c.steps})
 		if err != nil {
 			t.Errorf("%s: %v", c.name, err)
 			continue
@@ -300,7 +300,7 @@ func TestMarksSteps(t *testing.T) {
 		}
 	}
 	for _, bad := range [][]connector.Step{{{Mark: "nonsense", Since: at(1)}}, {step(150, 2), step(160, 1)}} {
-		if _, _, err := s.steps(context.Background(), sh, connector.PageRequest{Mark: mk(200), Steps: bad}); err == nil {
+		if _, _, err := s.steps(context.Background(), nil, sh, connector.PageRequest{Mark: mk(200), Steps: bad}); err == nil {
 			t.Errorf("steps %v accepted", bad)
 		}
 	}
@@ -331,15 +331,15 @@ func TestMarkFormats(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := &Source{}
-	if !s.covers(context.Background(), r3, 7, r2) || !s.covers(context.Background(), r2, 7, r3) {
+	if !s.covers(context.Background(), nil, r3, 7, r2) || !s.covers(context.Background(), nil, r2, 7, r3) {
 		t.Errorf("an x2 and an x3 mark of one relation do not cover each other")
 	}
 	_, fewer, _ := parseMark("x3:7@16384,16390")
-	if !s.covers(context.Background(), fewer, 7, r3) {
+	if !s.covers(context.Background(), nil, fewer, 7, r3) {
 		t.Errorf("a dropped partition: the earlier mark does not cover the relation")
 	}
 	_, other, _ := parseMark("x3:7@16999,16390,16395")
-	if s.covers(context.Background(), other, 7, r3) {
+	if s.covers(context.Background(), nil, other, 7, r3) {
 		t.Errorf("another table under the name is covered")
 	}
 	for _, bad := range []string{"x3:7@16384,abc", "x3:7@", "x3:7@-1", "x3:7@016384"} {

@@ -38,7 +38,7 @@ func (s *Source) loadPage(ctx context.Context, q querier, req connector.LoadRequ
 		return connector.Page{}, fmt.Errorf("page limit %d: must be positive", req.Limit)
 	}
 	sh := s.shape()
-	_, mark, err := s.marks(ctx, sh, connector.PageRequest{Mark: req.Mark})
+	_, mark, err := s.marks(ctx, q, sh, connector.PageRequest{Mark: req.Mark})
 	if err != nil {
 		return connector.Page{}, err
 	}

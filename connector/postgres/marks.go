@@ -63,75 +63,37 @@ func relationOf(oids string) relation {
 	return r
 }
 
-// markSQL reads the oldest running transaction id of the current snapshot,
-// the relation now under the configured name ($1, a quoted identifier):
-// its oid and its partitions', or "" when there is none, and the snapshot
-// itself as text (see visibleIn). txid_snapshot_xmin and
-// txid_current_snapshot exist in every supported PostgreSQL
+// renewAfter renews q after the server refused a query, when q is a
+// pass's view: the refusal ended its transaction, and the page after it
+// reads in a new one.
+func renewAfter(ctx context.Context, q querier, err error) {
+	var pgErr *pgconn.PgError
+	if v, ok := q.(*passView); ok && errors.As(err, &pgErr) {
+		_ = v.renew(ctx) // if this fails too, so does the page
+	}
+}
+
+// markSQL reads the oldest running transaction id of the current snapshot
+// and the relation now under the configured name ($1, a quoted identifier):
+// its oid and its partitions', or "" when there is none. txid_snapshot_xmin
+// and txid_current_snapshot exist in every supported PostgreSQL
 // (pg_snapshot_xmin is their newer name from 13 on).
 const markSQL = `SELECT txid_snapshot_xmin(txid_current_snapshot()), coalesce((SELECT r.oid::oid::text || coalesce((SELECT ',' || string_agg(p.relid::oid::text, ',' ORDER BY p.relid::oid)
-		FROM pg_catalog.pg_partition_tree(r.oid) p), '') FROM (SELECT pg_catalog.to_regclass($1) AS oid) r WHERE r.oid IS NOT NULL), ''), txid_current_snapshot()::text`
+		FROM pg_catalog.pg_partition_tree(r.oid) p), '') FROM (SELECT pg_catalog.to_regclass($1) AS oid) r WHERE r.oid IS NOT NULL), '')`
 
 // Mark returns the token of a pass about to start, or "" for a view or a
 // foreign table (no row versions to compare).
 func (s *Source) Mark(ctx context.Context) (string, error) {
-	mark, _, err := s.MarkVisible(ctx)
-	return mark, err
-}
-
-// MarkVisible is Mark, and also returns the snapshot the mark was read
-// from, "xmin:xmax:xip,..." (txid_snapshot's text), for
-// PageRequest.Visible; "" and "" for a view or a foreign table.
-func (s *Source) MarkVisible(ctx context.Context) (mark, visible string, err error) {
 	sh := s.shape()
 	if !sh.q.marks {
-		return "", "", nil
+		return "", nil
 	}
 	var x int64
 	var rel string
-	if err := s.pool.QueryRow(ctx, markSQL, sh.tbl.ident).Scan(&x, &rel, &visible); err != nil {
-		return "", "", fmt.Errorf("read the oldest running transaction: %w", err)
+	if err := s.pool.QueryRow(ctx, markSQL, sh.tbl.ident).Scan(&x, &rel); err != nil {
+		return "", fmt.Errorf("read the oldest running transaction: %w", err)
 	}
-	return formatMark(x, rel), visible, nil
-}
-
-// visibleIn returns the page query's parameters for PageRequest.Bound
-// and Visible, a snapshot as MarkVisible returns it: the bound, the
-// snapshot's xmin, its xmax and the ids in progress, modulo 2^32 (see
-// buildQueries' bounded). nil when there is no bound, or the relation has
-// no row versions to test: every version is returned then.
-func visibleIn(sh *shape, bound time.Time, snap string) ([]any, error) {
-	if bound.IsZero() || !sh.q.marks {
-		return nil, nil
-	}
-	bad := func() ([]any, error) {
-		return nil, fmt.Errorf("snapshot %q (PageRequest.Visible) is not xmin:xmax:xip,...: %w", snap, connector.ErrPermanent)
-	}
-	xs, rest, ok1 := strings.Cut(snap, ":")
-	xm, xips, ok2 := strings.Cut(rest, ":")
-	if !ok1 || !ok2 {
-		return bad()
-	}
-	id := func(v string) (int64, bool) {
-		n, err := strconv.ParseInt(v, 10, 64)
-		return n & 0xffffffff, err == nil && n >= 0
-	}
-	xmin, ok1 := id(xs)
-	xmax, ok2 := id(xm)
-	if !ok1 || !ok2 {
-		return bad()
-	}
-	ip := []int64{}
-	if xips != "" {
-		for v := range strings.SplitSeq(xips, ",") {
-			n, ok := id(v)
-			if !ok {
-				return bad()
-			}
-			ip = append(ip, n)
-		}
-	}
-	return []any{bound, xmin, xmax, ip}, nil
+	return formatMark(x, rel), nil
 }
 
 // relationDigest is the relation part of a mark: a digest of the oids
@@ -197,8 +159,8 @@ func parseMark(m string) (int64, relation, error) {
 // proves anything about the versions a pass with mark m reads from
 // relation rel: not above m (else another database), less than maxMarkAge
 // older, of a relation it covers.
-func (s *Source) provable(ctx context.Context, m int64, rel relation, k int64, krel relation) bool {
-	return k <= m && m-k < maxMarkAge && s.covers(ctx, rel, k, krel)
+func (s *Source) provable(ctx context.Context, q querier, m int64, rel relation, k int64, krel relation) bool {
+	return k <= m && m-k < maxMarkAge && s.covers(ctx, q, rel, k, krel)
 }
 
 // covers reports whether mark k of relation old proves what was seen of
@@ -209,8 +171,10 @@ func (s *Source) provable(ctx context.Context, m int64, rel relation, k int64, k
 // versions of transactions that began after it, so none below k; a table
 // with such rows attached as a partition was never seen, and neither was
 // anything of another table. The answer for an added partition is a scan
-// of it (for a version below k), kept for the pair of relations and k.
-func (s *Source) covers(ctx context.Context, cur relation, k int64, old relation) bool {
+// of it (for a version below k) on q, the page's querier (a pass's view
+// holds the only connection of a pool of one), kept for the pair of
+// relations and k; q nil answers no.
+func (s *Source) covers(ctx context.Context, q querier, cur relation, k int64, old relation) bool {
 	if cur.digest == "" || old.digest == "" || cur.digest == old.digest {
 		return true
 	}
@@ -228,7 +192,7 @@ func (s *Source) covers(ctx context.Context, cur relation, k int64, old relation
 			added = append(added, o)
 		}
 	}
-	if len(added) == 0 || s.pool == nil {
+	if len(added) == 0 || q == nil {
 		return len(added) == 0
 	}
 	key := old.digest + "|" + strconv.FormatInt(k, 10) + "|" + cur.digest
@@ -247,14 +211,16 @@ func (s *Source) covers(ctx context.Context, cur relation, k int64, old relation
 		// read, which needs that privilege.
 		var name string
 		var size int64
-		if err := s.pool.QueryRow(ctx, "SELECT $1::oid::regclass::text, pg_catalog.pg_relation_size($1::oid)", o).Scan(&name, &size); err != nil {
+		if err := q.QueryRow(ctx, "SELECT $1::oid::regclass::text, pg_catalog.pg_relation_size($1::oid)", o).Scan(&name, &size); err != nil {
+			renewAfter(ctx, q, err)
 			return false // not known: asked again
 		}
 		if size == 0 {
 			continue
 		}
 		var old bool
-		if err := s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM ONLY "+name+" WHERE NOT "+freshOf("$1::bigint")+")", k&0xffffffff).Scan(&old); err != nil {
+		if err := q.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM ONLY "+name+" WHERE NOT "+freshOf("$1::bigint")+")", k&0xffffffff).Scan(&old); err != nil {
+			renewAfter(ctx, q, err)
 			var pgErr *pgconn.PgError
 			if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
 				return false // not known: asked again
@@ -281,7 +247,7 @@ func (s *Source) covers(ctx context.Context, cur relation, k int64, old relation
 // marks returns the page query's skip parameter (nil = no skip) and the
 // mark modulo 2^32 that flags a version Settled (nil = no Settled flags)
 // for req: req.Settle when set, else the current pass's mark.
-func (s *Source) marks(ctx context.Context, sh *shape, req connector.PageRequest) (skip any, mark *int64, err error) {
+func (s *Source) marks(ctx context.Context, q querier, sh *shape, req connector.PageRequest) (skip any, mark *int64, err error) {
 	if !sh.q.marks || req.Mark == "" {
 		return nil, nil, nil
 	}
@@ -299,7 +265,7 @@ func (s *Source) marks(ctx context.Context, sh *shape, req connector.PageRequest
 		// (see below), one too old cannot be compared (see maxMarkAge),
 		// and one of another relation proves nothing here: the next
 		// full pass will skip nothing, so nothing read now is settled.
-		settles = s.provable(ctx, m, rel, settle, srel)
+		settles = s.provable(ctx, q, m, rel, settle, srel)
 	}
 	s32 := &settle
 	*s32 &= 0xffffffff
@@ -313,7 +279,7 @@ func (s *Source) marks(ctx context.Context, sh *shape, req connector.PageRequest
 	if err != nil {
 		return nil, nil, err
 	}
-	if !s.covers(ctx, rel, k, krel) {
+	if !s.covers(ctx, q, rel, k, krel) {
 		// The table was replaced since that pass: what it saw was
 		// another relation's.
 		s.warnOnce(fmt.Sprintf("the table under %s is not the one the last pass read (replaced or restored since, or a partition holding older rows attached, or a new partition this role may not read): re-reading the window without skipping; rows the last pass settled may be published again", sh.tbl.ident))
@@ -349,7 +315,7 @@ func (s *Source) marks(ctx context.Context, sh *shape, req connector.PageRequest
 // before it, whose proof that a key's version was published does not make
 // the topic current when the head pass in between read another relation
 // and published its content.)
-func (s *Source) steps(ctx context.Context, sh *shape, req connector.PageRequest) (lows, marks any, err error) {
+func (s *Source) steps(ctx context.Context, q querier, sh *shape, req connector.PageRequest) (lows, marks any, err error) {
 	if !sh.q.marks || req.Mark == "" || len(req.Steps) == 0 {
 		return nil, nil, nil
 	}
@@ -364,7 +330,7 @@ func (s *Source) steps(ctx context.Context, sh *shape, req connector.PageRequest
 		if err != nil {
 			return nil, nil, err
 		}
-		if st.Since.IsZero() || !s.provable(ctx, m, rel, k, krel) {
+		if st.Since.IsZero() || !s.provable(ctx, q, m, rel, k, krel) {
 			ls, ms = ls[:0], ms[:0]
 			continue
 		}

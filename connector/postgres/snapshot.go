@@ -112,7 +112,7 @@ func (s *Source) SnapshotSessions(ctx context.Context, n int) (connector.Snapsho
 		q = "SELECT now(), " + markSQL[len("SELECT "):] + ", pg_catalog.pg_export_snapshot()"
 	}
 	var rel string
-	if err := first.tx.QueryRow(ctx, q, s.shape().tbl.ident).Scan(&start, &xmin, &rel, new(string), &exported); err != nil {
+	if err := first.tx.QueryRow(ctx, q, s.shape().tbl.ident).Scan(&start, &xmin, &rel, &exported); err != nil {
 		return fail(fmt.Errorf("snapshot: read start time: %w", err))
 	}
 	for range n - 1 {

@@ -62,12 +62,6 @@ type queries struct {
 	// window's end (PageRequest.Before): $6 and $7. Statements of their
 	// own, so that the bound stops the index scan whatever the plan.
 	sinceBefore, nextBefore string
-	// sinceBound and nextBound are since and next leaving out the
-	// versions dated at or after a bound ($6 and $7) that a snapshot did
-	// not show (PageRequest.Bound and Visible; see visible): its xmin,
-	// xmax and in-progress ids, modulo 2^32, follow as $7 to $9 and $8 to
-	// $10. Without row versions to test, since and next.
-	sinceBound, nextBound string
 	// formats requests updated_at in binary (8-byte microseconds, no
 	// parsing) and everything else as text, which is what the value
 	// encoder converts.
@@ -195,18 +189,6 @@ func buildQueries(cfg Config, t *table) queries {
 		bucket := "width_bucket(" + ua + ", " + lows + ")"
 		return fmt.Sprintf(" AND %s AND (%s IS NULL OR %s = 0 OR %s)", fresh(n), lows, bucket, freshOf("("+stepMarks+")["+bucket+"]"))
 	}
-	// bounded(n) keeps the versions dated before the bound $n, and those
-	// after it visible in the snapshot $n+1 (xmin), $n+2 (xmax), $n+3 (the
-	// ids in progress): below its xmin, or below its xmax and not in
-	// progress then. A subtransaction's id is not in the list of a
-	// snapshot its parent was running in, so such a version is kept too:
-	// more than was visible, never less.
-	bounded := func(n int) string {
-		if !marks {
-			return ""
-		}
-		return fmt.Sprintf(" AND (%s < $%d OR NOT %s OR (NOT %s AND xmin::text::bigint <> ALL ($%d::bigint[])))", ua, n, fresh(n+1), fresh(n+2), n+3)
-	}
 	// The id cast target comes from the idKind whitelist, never from text
 	// in the configuration. The cursor's id is compared with the id
 	// column's own collation (a parameter has the default collation, which
@@ -234,8 +216,6 @@ func buildQueries(cfg Config, t *table) queries {
 		next:        head + after + filter + order + "$3",
 		sinceBefore: head + " WHERE " + ua + " >= $1 AND " + ua + " < $6" + skip(3) + filter + order + "$2",
 		nextBefore:  head + after + " AND " + ua + " < $7" + filter + order + "$3",
-		sinceBound:  head + " WHERE " + ua + " >= $1" + skip(3) + bounded(6) + filter + order + "$2",
-		nextBound:   head + after + bounded(7) + filter + order + "$3",
 		formats:     formats,
 		prefix:      prefix,
 		width:       width,
@@ -327,7 +307,7 @@ func prepare(ctx context.Context, pool *pgxpool.Pool, sh *shape) error {
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Release()
-	for _, sql := range append([]string{sh.q.all, sh.q.since, sh.q.next, sh.q.sinceBefore, sh.q.nextBefore, sh.q.sinceBound, sh.q.nextBound}, sh.q.load[:]...) {
+	for _, sql := range append([]string{sh.q.all, sh.q.since, sh.q.next, sh.q.sinceBefore, sh.q.nextBefore}, sh.q.load[:]...) {
 		if _, err := conn.Conn().Prepare(ctx, "", sql); err != nil {
 			if rerr := rowSecurity(ctx, conn.Conn(), sh.tbl, err); rerr != nil {
 				return rerr
@@ -422,7 +402,11 @@ func (s *Source) Close() {
 // page of a pass, from req.Since inclusive) in (updated_at, id) order, by a
 // keyset seek: never OFFSET. End is true only for a page with no rows.
 func (s *Source) Page(ctx context.Context, req connector.PageRequest) (connector.Page, error) {
-	return s.page(ctx, s.pool, req)
+	q, err := s.querierFor(ctx, req)
+	if err != nil {
+		return connector.Page{}, err
+	}
+	return s.page(ctx, q, req)
 }
 
 // Windows reports that pages may be bounded to windows of updated_at
@@ -434,11 +418,11 @@ func (s *Source) page(ctx context.Context, q querier, req connector.PageRequest)
 		return connector.Page{}, fmt.Errorf("page limit %d: must be positive", req.Limit)
 	}
 	sh := s.shape()
-	skip, mark, err := s.marks(ctx, sh, req)
+	skip, mark, err := s.marks(ctx, q, sh, req)
 	if err != nil {
 		return connector.Page{}, err
 	}
-	lows, marks, err := s.steps(ctx, sh, req)
+	lows, marks, err := s.steps(ctx, q, sh, req)
 	if err != nil {
 		return connector.Page{}, err
 	}
@@ -448,17 +432,20 @@ func (s *Source) page(ctx context.Context, q querier, req connector.PageRequest)
 			return connector.Page{}, err
 		}
 	}
-	vis, err := visibleIn(sh, req.Bound, req.Visible)
-	if err != nil {
-		return connector.Page{}, err
-	}
 	var out []connector.Row
 	for attempt := 0; ; attempt++ {
-		out, err = s.query(ctx, q, sh, req, k, mark, vis, skip, lows, marks)
+		out, err = s.query(ctx, q, sh, req, k, mark, skip, lows, marks)
 		// A column's type changed under a prepared statement: pgx has
 		// dropped it from its cache, so running the query again
-		// prepares it anew (docs/schema-changes.md).
+		// prepares it anew (docs/schema-changes.md); in a pass's view,
+		// whose transaction the error has ended, in a new one.
 		if err != nil && attempt == 0 && planChanged(err) {
+			if v, ok := q.(*passView); ok {
+				if rerr := v.renew(ctx); rerr != nil {
+					err = rerr
+					break
+				}
+			}
 			continue
 		}
 		break
@@ -477,9 +464,8 @@ func (s *Source) page(ctx context.Context, q querier, req connector.PageRequest)
 
 // query runs one page query and decodes its rows.
 // skips are the skip mark and the steps' bounds and marks (see
-// buildQueries' skip); vis, when not nil, the bound and snapshot of
-// PageRequest.Bound and Visible (see visibleIn).
-func (s *Source) query(ctx context.Context, q querier, sh *shape, req connector.PageRequest, k key, mark *int64, vis []any, skips ...any) ([]connector.Row, error) {
+// buildQueries' skip).
+func (s *Source) query(ctx context.Context, q querier, sh *shape, req connector.PageRequest, k key, mark *int64, skips ...any) ([]connector.Row, error) {
 	var (
 		rows pgx.Rows
 		err  error
@@ -490,14 +476,6 @@ func (s *Source) query(ctx context.Context, q querier, sh *shape, req connector.
 	}
 	before := !req.Before.IsZero()
 	switch {
-	case vis != nil && before:
-		return nil, errors.New("a page bounded above (PageRequest.Before) takes no PageRequest.Bound")
-	case vis != nil && req.Cursor != "":
-		rows, err = q.Query(ctx, sh.q.nextBound, append(append([]any{sh.q.formats, k.time(), k.id, req.Limit}, skips...), vis...)...)
-	case vis != nil && since.IsZero():
-		return nil, errors.New("a page with PageRequest.Bound needs a lower bound (Since or From)")
-	case vis != nil:
-		rows, err = q.Query(ctx, sh.q.sinceBound, append(append([]any{sh.q.formats, since, req.Limit}, skips...), vis...)...)
 	case req.Cursor != "" && before:
 		rows, err = q.Query(ctx, sh.q.nextBefore, append(append([]any{sh.q.formats, k.time(), k.id, req.Limit}, skips...), req.Before)...)
 	case req.Cursor != "":

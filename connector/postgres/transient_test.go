@@ -40,7 +40,7 @@ func TestPrepareOnATerminatedBackendIsTransient(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sh := &shape{q: queries{all: "SELECT 1", since: "SELECT 1", next: "SELECT 1", sinceBefore: "SELECT 1", nextBefore: "SELECT 1", sinceBound: "SELECT 1", nextBound: "SELECT 1"}}
+	sh := &shape{q: queries{all: "SELECT 1", since: "SELECT 1", next: "SELECT 1", sinceBefore: "SELECT 1", nextBefore: "SELECT 1"}}
 	for i := range sh.q.load {
 		sh.q.load[i] = "SELECT 1"
 	}
