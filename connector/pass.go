@@ -30,18 +30,22 @@ func (e *Engine) pass(ctx context.Context) error {
 		return e.keyLoad(ctx, now)
 	}
 	fresh := false
-	// A pass reads its pages in one consistent view when the source has
-	// one (docs/design.md, "A pass reads one snapshot"): it reads the
-	// source as it was when it began, and what commits meanwhile is the
-	// next pass's, so it does not chase the writers. A head pass between
-	// two of its pages needs a later view for the pages after it.
+	// A pass reads its pages in a consistent view when the source has one
+	// (docs/design.md, "A pass reads one snapshot"): it reads the source
+	// as it was when it began, and what commits meanwhile is the next
+	// pass's, so it does not chase the writers. The view is given back
+	// before every commit, so that its locks and snapshot do not wait on
+	// Kafka, and the next page opens a new one: a later snapshot, which
+	// a pass may always read on in (a head pass between two pages of a
+	// full pass needs one).
 	var view PassView
+	_, viewer := e.src.(Viewer)
 	openView := func() error {
-		vw, ok := e.src.(Viewer)
-		if !ok {
+		// Only a pass: the consistent load reads in its own snapshot.
+		if !viewer || view != nil || e.cp.Phase != schemas.PhasePass {
 			return nil
 		}
-		v, err := vw.OpenView(ctx)
+		v, err := e.src.(Viewer).OpenView(ctx)
 		if err != nil {
 			return staged("source", err)
 		}
@@ -49,14 +53,8 @@ func (e *Engine) pass(ctx context.Context) error {
 		return nil
 	}
 	closeView := func() {
-		if view != nil {
-			// A view that cannot be ended cleanly is dropped with its
-			// connection; it held nothing to keep.
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), viewCloseTimeout)
-			_ = view.Close(cctx)
-			cancel()
-			view = nil
-		}
+		closeViewOf(ctx, view)
+		view = nil
 	}
 	defer closeView()
 	switch e.cp.Phase {
@@ -239,9 +237,19 @@ func (e *Engine) pass(ctx context.Context) error {
 	// the pass ends, a fetch still in flight is cancelled and waited for.
 	var ahead *fetchAhead
 	defer func() { ahead.stop() }()
+	// finish and commit give the views back first.
+	finish := func() error {
+		ahead.stop()
+		closeView()
+		return e.finish(ctx)
+	}
+	commit := func() error {
+		closeView()
+		return e.commit(ctx)
+	}
 	for {
 		if ctx.Err() != nil {
-			return e.finish(ctx)
+			return finish()
 		}
 		req := request(cursor)
 		fetchStart := time.Now()
@@ -250,23 +258,17 @@ func (e *Engine) pass(ctx context.Context) error {
 			err  error
 			cut  bool
 		)
-		if ahead != nil && ahead.req.Cursor == req.Cursor && ahead.req.From.Equal(req.From) && ahead.req.Before.Equal(req.Before) && ahead.req.View == req.View && !e.txOpen {
+		if ahead != nil && ahead.req.Cursor == req.Cursor && ahead.req.From.Equal(req.From) && ahead.req.Before.Equal(req.Before) && !e.txOpen {
 			page, err = ahead.wait()
 			fetchStart = time.Now().Add(-ahead.took) // the fetch's own time, not the commit's
 			ahead = nil
 		} else {
-			if ahead != nil && view != nil {
-				// A fetch cancelled in the view may have ended its
-				// session: the pass goes on in a new view.
-				ahead.stop()
-				closeView()
-				if err := openView(); err != nil {
-					return err
-				}
-				req = request(cursor)
-			}
 			ahead.stop()
 			ahead = nil
+			if err := openView(); err != nil {
+				return err
+			}
+			req.View = view
 			fctx, cancel := ctx, context.CancelFunc(func() {})
 			if e.txOpen {
 				fctx, cancel = context.WithDeadline(ctx, e.fetchDeadline())
@@ -277,7 +279,7 @@ func (e *Engine) pass(ctx context.Context) error {
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return e.finish(ctx)
+				return finish()
 			}
 			if cut {
 				// The fetch outlasted what the open transaction may take:
@@ -285,16 +287,10 @@ func (e *Engine) pass(ctx context.Context) error {
 				// again with no transaction open.
 				e.log.Warn("a page fetch outlasted the open transaction's time budget (kafka.transaction_timeout less a reserve): committing the pages already produced and fetching again",
 					"cursor", req.Cursor, "waited", time.Since(fetchStart).Round(time.Millisecond))
-				if err := e.commit(ctx); err != nil {
+				// (The cancelled fetch may have ended the view's
+				// session: the next page opens a new one.)
+				if err := commit(); err != nil {
 					return err
-				}
-				// The cancelled fetch may have ended the view's
-				// session: the pass goes on in a new view.
-				if view != nil {
-					closeView()
-					if err := openView(); err != nil {
-						return err
-					}
 				}
 				continue
 			}
@@ -352,31 +348,32 @@ func (e *Engine) pass(ctx context.Context) error {
 			// pass produced so far is committed with its position, and
 			// a head pass runs now. (No page is fetched ahead here: one
 			// is fetched only with the commit below, and taken at once.)
+			closeView()
 			if e.txOpen {
 				if err := e.commit(ctx); err != nil {
 					return err
 				}
 			}
-			// The pages after the head pass must come from a later
-			// snapshot than its pages: a key's record published later
-			// must be its newer version. The view is given back
-			// meanwhile, so the two passes never hold two sessions.
-			reopen := view != nil
-			closeView()
+			// The pages after the head pass come from a view opened
+			// after its pages were read: a key's record published
+			// later must be its newer version. (The view was given
+			// back above, so the two passes never hold two sessions.)
 			if err := e.headBetween(ctx); err != nil {
 				return err
-			}
-			if reopen {
-				if err := openView(); err != nil {
-					return err
-				}
 			}
 			continue
 		}
 		if e.txFull() {
 			// No transaction is open once the commit returns, so the
 			// page fetched meanwhile needs no transaction deadline.
-			ahead = fetchNext(ctx, src, request(cursor))
+			// The fetch reads in the view and gives it back when done;
+			// the page after it opens a new one.
+			if err := openView(); err != nil {
+				return err
+			}
+			next := request(cursor)
+			view = nil // next.View's, given back by the fetch
+			ahead = fetchNext(ctx, src, next)
 			if err := e.commit(ctx); err != nil {
 				return err
 			}
@@ -486,6 +483,8 @@ type fetchAhead struct {
 	err    error
 }
 
+// fetchNext fetches req in a goroutine of its own, and then gives back
+// the view it reads in (req.View), if any.
 func fetchNext(ctx context.Context, src Source, req PageRequest) *fetchAhead {
 	fctx, cancel := context.WithCancel(ctx)
 	f := &fetchAhead{req: req, cancel: cancel, done: make(chan struct{})}
@@ -494,8 +493,21 @@ func fetchNext(ctx context.Context, src Source, req PageRequest) *fetchAhead {
 		start := time.Now()
 		f.page, f.err = src.Page(fctx, req)
 		f.took = time.Since(start)
+		closeViewOf(ctx, req.View)
 	}()
 	return f
+}
+
+// closeViewOf gives a pass's view back, if any. A view that cannot be
+// ended cleanly (within viewCloseTimeout) is dropped with its connection;
+// it held nothing to keep.
+func closeViewOf(ctx context.Context, v PassView) {
+	if v == nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), viewCloseTimeout)
+	defer cancel()
+	_ = v.Close(cctx)
 }
 
 // wait returns the fetched page.

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,13 +20,10 @@ var _ connector.Viewer = (*Source)(nil)
 // snapshot (vacuum waits) until then.
 var maxViewAge = time.Second
 
-// queueBegin queues the statements that begin a view's transaction. It
-// waits idle while the pass commits to Kafka: a server's or role's
-// idle_in_transaction_session_timeout must not end it.
-func queueBegin(b *pgx.Batch) {
-	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-	b.Queue("SET LOCAL idle_in_transaction_session_timeout = 0")
-}
+// beginView are the statements that begin a view's transaction. A
+// server's or role's idle_in_transaction_session_timeout must not end it
+// while its pass works between two pages.
+var beginView = []string{"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", "SET LOCAL idle_in_transaction_session_timeout = 0"}
 
 // passView is the consistent view a pass reads its pages in: a REPEATABLE
 // READ READ ONLY transaction on one connection of the pool, whose snapshot
@@ -52,7 +50,9 @@ func (s *Source) OpenView(ctx context.Context) (connector.PassView, error) {
 	var xmin int64
 	var rel string
 	b := &pgx.Batch{}
-	queueBegin(b)
+	for _, q := range beginView {
+		b.Queue(q)
+	}
 	// The first statement that reads takes the transaction's snapshot, so
 	// the mark read with it is the view's: every version written below it
 	// is visible in the view.
@@ -87,10 +87,10 @@ func (v *passView) QueryRow(ctx context.Context, sql string, args ...any) pgx.Ro
 // before it came from older ones). It also ends a transaction an error
 // has aborted. The pass's mark stays what it was.
 func (v *passView) renew(ctx context.Context) error {
-	b := &pgx.Batch{}
-	b.Queue("ROLLBACK")
-	queueBegin(b)
-	if err := v.conn.SendBatch(ctx, b).Close(); err != nil {
+	// One simple query: in an aborted transaction the server parses
+	// nothing but its end, so no statement may be prepared first.
+	sql := "ROLLBACK; " + strings.Join(beginView, "; ")
+	if _, err := v.conn.Conn().PgConn().Exec(ctx, sql).ReadAll(); err != nil {
 		return fmt.Errorf("renew the pass's view: %w", err)
 	}
 	v.began = time.Now()

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,5 +95,41 @@ func TestPassView(t *testing.T) {
 	defer ov.Close(ctx)
 	if _, err := src.Page(ctx, connector.PageRequest{Since: t0, Limit: 10, View: ov}); !errors.Is(err, connector.ErrPermanent) {
 		t.Errorf("a page in another source's view: %v, want ErrPermanent", err)
+	}
+}
+
+// TestPassViewAfterAChangedPlan: a column's type changes between two
+// passes, and the next pass's view runs on the connection whose cached
+// statement was planned for the old type. PostgreSQL refuses it ("cached
+// plan must not change result type"), which ends the view's transaction;
+// the page is run again in a new one, and fails only on the changed
+// column, which the engine's next pass reshapes for, not on an aborted
+// transaction.
+func TestPassViewAfterAChangedPlan(t *testing.T) {
+	db := harness.NewDB(t)
+	ctx := context.Background()
+	db.Exec(t, "CREATE TABLE t (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL, v int)")
+	db.Exec(t, "CREATE INDEX ON t (updated_at, id)")
+	db.Exec(t, "INSERT INTO t VALUES (1, $1, 1)", t0)
+	cfg := config(db, "t")
+	cfg.DSN += "&pool_max_conns=1" // every view on the same connection
+	src := open(t, cfg)
+	page := func() error {
+		t.Helper()
+		v, err := src.OpenView(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer v.Close(ctx)
+		_, err = src.Page(ctx, connector.PageRequest{Since: t0, Limit: 10, View: v})
+		return err
+	}
+	if err := page(); err != nil {
+		t.Fatal(err)
+	}
+	db.Exec(t, "ALTER TABLE t ALTER COLUMN v TYPE bigint")
+	err := page()
+	if err == nil || !strings.Contains(err.Error(), "changed type during the pass") {
+		t.Fatalf("a page after the column's type changed: %v; want the changed column named, after the statement ran again in a new transaction", err)
 	}
 }

@@ -127,3 +127,28 @@ func TestConsistentLoadNoDuplicatesBeyondBounds(t *testing.T) {
 	st := r.AssertTable()
 	rig.AssertNoDupes(t, st)
 }
+
+// TestConsistentLoadOnAPoolOfOne: a consistent initial load holds its
+// snapshot's session, the only one of a pool of one, from its first page
+// to its last; it must ask for no other (a pass's view is no use to it:
+// it reads in its snapshot), or it waits for ever. The passes after it
+// read in their views on that one session too.
+func TestConsistentLoadOnAPoolOfOne(t *testing.T) {
+	r := newRig(t, rig.ItemsDDL, "items")
+	r.Seed(1, 10, time.Second)
+	pg := r.PG
+	pg.DSN += "&pool_max_conns=1"
+	src := r.Open(pg)
+	cfg := connector.Config{PageSize: 3, Consistent: true, Margin: time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := r.Engine(src, cfg).Run(ctx, connector.Once); err != nil || ctx.Err() != nil {
+		t.Fatalf("run --once on a pool of one: %v (context: %v)", err, ctx.Err())
+	}
+	r.Exec(`UPDATE items SET v = 'changed', updated_at = clock_timestamp() WHERE id = 4`)
+	if _, err := r.Engine(src, cfg).Run(ctx, connector.Once); err != nil || ctx.Err() != nil {
+		t.Fatalf("the pass after the load, on a pool of one: %v (context: %v)", err, ctx.Err())
+	}
+	st := r.AssertTable()
+	rig.AssertNoDupes(t, st)
+}
