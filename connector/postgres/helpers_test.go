@@ -57,8 +57,14 @@ func open(t testing.TB, cfg postgres.Config) *postgres.Source {
 // terminates.
 func walk(t *testing.T, src connector.Source, since time.Time, limit int) []connector.Row {
 	t.Helper()
+	return walkRequest(t, src, connector.PageRequest{Since: since, Limit: limit})
+}
+
+// walkRequest is walk from req (its cursor advanced page by page).
+func walkRequest(t *testing.T, src connector.Source, req connector.PageRequest) []connector.Row {
+	t.Helper()
 	var all []connector.Row
-	req := connector.PageRequest{Since: since, Limit: limit}
+	limit := req.Limit
 	for i := 0; ; i++ {
 		if i > 10000 {
 			t.Fatalf("walk did not end after %d pages", i)

@@ -36,19 +36,7 @@ func TestPassView(t *testing.T) {
 
 	read := func(v connector.PassView, limit int) string {
 		t.Helper()
-		var rows []connector.Row
-		req := connector.PageRequest{Since: t0, Limit: limit, View: v}
-		for {
-			p, err := src.Page(ctx, req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rows = append(rows, p.Rows...)
-			if p.End || p.Last {
-				return ids(rows)
-			}
-			req.Cursor = p.Next
-		}
+		return ids(walkRequest(t, src, connector.PageRequest{Since: t0, Limit: limit, View: v}))
 	}
 	for _, limit := range []int{1, 2, 10} {
 		if got, want := read(view, limit), "1,2"; got != want {
