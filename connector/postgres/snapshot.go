@@ -131,7 +131,7 @@ func (s *Source) SnapshotSessions(ctx context.Context, n int) (connector.Snapsho
 	// idle_in_transaction_session_timeout must not end it, or every retry
 	// fails the same way. Set after the snapshot is taken or imported.
 	for i, ss := range sn.sessions {
-		if _, err := ss.tx.Exec(ctx, "SET LOCAL idle_in_transaction_session_timeout = 0"); err != nil {
+		if _, err := ss.tx.Exec(ctx, noIdleTimeout); err != nil {
 			return fail(fmt.Errorf("snapshot: session %d of %d: %w", i+1, n, err))
 		}
 	}

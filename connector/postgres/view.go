@@ -20,10 +20,13 @@ var _ connector.Viewer = (*Source)(nil)
 // snapshot (vacuum waits) until then.
 var maxViewAge = time.Second
 
-// beginView are the statements that begin a view's transaction. A
-// server's or role's idle_in_transaction_session_timeout must not end it
-// while its pass works between two pages.
-var beginView = []string{"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", "SET LOCAL idle_in_transaction_session_timeout = 0"}
+// noIdleTimeout keeps a server's or role's
+// idle_in_transaction_session_timeout from ending a transaction that waits
+// idle between two reads by design: a pass's view, a load's snapshot.
+const noIdleTimeout = "SET LOCAL idle_in_transaction_session_timeout = 0"
+
+// beginView are the statements that begin a view's transaction.
+var beginView = []string{"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", noIdleTimeout}
 
 // passView is the consistent view a pass reads its pages in: a REPEATABLE
 // READ READ ONLY transaction on one connection of the pool, whose snapshot
