@@ -144,8 +144,8 @@ func (e *Engine) floor() (int64, error) {
 	// (Without head passes that W is the watermark, already below w.) An
 	// open head pass that is the first since a full pass keeps, at its
 	// end, the W it started from. So does an open full pass that head
-	// passes may interrupt: they read from W, below what it has read
-	// (docs/design.md, "Head passes during a full pass").
+	// passes may interrupt: they read from W - lookback, below what it has
+	// read (docs/design.md, "Head passes during a full pass").
 	if e.cp.HeadsSinceFull || e.cp.Phase == schemas.PhasePass && (e.cp.PassHead || e.nestOpen) {
 		f, err := parseFloor(e.fullWatermark())
 		if err != nil {

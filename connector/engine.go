@@ -80,6 +80,9 @@ type CheckpointStore interface {
 	LastRun(ctx context.Context) (string, error)
 }
 
+// DefaultHeadLookback is Config.HeadLookback's default.
+const DefaultHeadLookback = 100 * time.Millisecond
+
 // Config configures an Engine. Zero values take the documented defaults.
 type Config struct {
 	// Name is the connector name; required.
@@ -100,6 +103,12 @@ type Config struct {
 	// after it; MinPassGap spaces passes started by wake-ups (default 0).
 	Wake       <-chan struct{}
 	MinPassGap time.Duration
+	// HeadLookback is how far below the watermark a head pass reads, so
+	// that a writer that commits shortly after a later-dated row is read
+	// by the next head pass, not the next full pass (docs/design.md,
+	// "Head passes"). Default DefaultHeadLookback (0); a negative value
+	// means none. It is never more than Margin.
+	HeadLookback time.Duration
 	// TxnMaxRecords, TxnMaxBytes and TxnMaxDuration bound one transaction;
 	// defaults 10000 records, 16 MiB, 5s. Pages are never split.
 	TxnMaxRecords  int
@@ -173,6 +182,10 @@ func (c *Config) defaults() {
 	if c.PollInterval <= 0 {
 		c.PollInterval = time.Second
 	}
+	if c.HeadLookback == 0 {
+		c.HeadLookback = DefaultHeadLookback
+	}
+	c.HeadLookback = min(max(c.HeadLookback, 0), c.Margin)
 	if c.TxnMaxRecords <= 0 {
 		c.TxnMaxRecords = 10000
 	}

@@ -133,16 +133,18 @@ func (e *Engine) pass(ctx context.Context) error {
 			}
 		}
 		// A full pass reads from the last full pass's W - margin; a head
-		// pass from W (docs/design.md, "Head passes").
+		// pass from W - lookback (docs/design.md, "Head passes").
 		e.cp.PassLow = ""
+		from, below := e.fullWatermark(), e.cfg.Margin
 		if e.cp.PassHead {
-			e.cp.PassLow = e.cp.Watermark
-		} else if fw := e.fullWatermark(); fw != "" {
-			w, err := schemas.ParseTime(fw)
+			from, below = e.cp.Watermark, e.cfg.HeadLookback
+		}
+		if from != "" {
+			w, err := schemas.ParseTime(from)
 			if err != nil {
 				return e.corrupt("watermark", err)
 			}
-			low := w.Add(-e.cfg.Margin)
+			low := w.Add(-below)
 			// Not below the dedupe set's committed floor: its entries
 			// below are gone, so a margin raised since (a tuning setting)
 			// would publish that band again. Late commits there were
@@ -181,8 +183,9 @@ func (e *Engine) pass(ctx context.Context) error {
 	}
 	// A full pass skips what the last full pass proves seen, and its rows
 	// are settled by its own mark. A head pass skips what the pass before
-	// it proves seen (it reads only from W), and its rows are settled only
-	// by the mark the next full pass will skip by; without one, by none.
+	// it proves seen (it reads only from W - lookback), and its rows are
+	// settled only by the mark the next full pass will skip by; without
+	// one, by none.
 	//
 	// A full pass after head passes also skips, from each one's lower
 	// bound on, what that head pass's mark proves seen (PageRequest.Steps):

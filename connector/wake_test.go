@@ -225,3 +225,84 @@ func (o *timedPasses) fullAfter(t time.Time) time.Time {
 	}
 	return time.Time{}
 }
+
+// TestHeadLookbackIsAtMostTheMargin: a head pass reads from W less
+// Config.HeadLookback, never further below W than the margin (the dedupe
+// set's floor may be the margin below it), and from W itself with a
+// negative lookback (docs/design.md, "Head passes").
+func TestHeadLookbackIsAtMostTheMargin(t *testing.T) {
+	for _, tc := range []struct {
+		name                   string
+		margin, lookback, want time.Duration
+	}{
+		{"default", time.Second, 0, connector.DefaultHeadLookback},
+		{"set", time.Second, 300 * time.Millisecond, 300 * time.Millisecond},
+		{"above_the_margin", 50 * time.Millisecond, time.Second, 50 * time.Millisecond},
+		{"none", time.Second, -1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			src := &requestLog{memTable: newMemTable()}
+			src.set("a", t0, "v1", false)
+			wake := make(chan struct{}, 1)
+			obs := &passObserver{}
+			e, _ := r.engine(src, connector.Config{PollInterval: time.Hour, Wake: wake, Margin: tc.margin, HeadLookback: tc.lookback, Observer: obs})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { _, err := e.Run(ctx, connector.Continuous); done <- err }()
+			for deadline := time.Now().Add(10 * time.Second); obs.ends.Load() < 1; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the first pass did not end")
+				}
+			}
+			cp, err := r.store().Load(ctx)
+			if err != nil || cp == nil || cp.Watermark == "" {
+				t.Fatalf("checkpoint after the first pass: %v, %+v", err, cp)
+			}
+			w, err := time.Parse(time.RFC3339Nano, cp.Watermark)
+			if err != nil {
+				t.Fatal(err)
+			}
+			src.set("b", time.Now(), "v1", false)
+			wake <- struct{}{}
+			for deadline := time.Now().Add(10 * time.Second); obs.heads.Load() < 1; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("no head pass ended after the wake-up")
+				}
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			src.mu.Lock()
+			defer src.mu.Unlock()
+			var firsts []time.Time
+			for _, q := range src.reqs {
+				if q.Cursor == "" && q.From.IsZero() {
+					firsts = append(firsts, q.Since)
+				}
+			}
+			if len(firsts) < 2 {
+				t.Fatalf("%d passes read, want a full pass and a head pass", len(firsts))
+			}
+			if got := w.Sub(firsts[1]); got != tc.want {
+				t.Errorf("the head pass read from %s below the watermark, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// requestLog is a memTable that keeps every page request.
+type requestLog struct {
+	*memTable
+	mu   sync.Mutex
+	reqs []connector.PageRequest
+}
+
+func (l *requestLog) Page(ctx context.Context, req connector.PageRequest) (connector.Page, error) {
+	l.mu.Lock()
+	l.reqs = append(l.reqs, req)
+	l.mu.Unlock()
+	return l.memTable.Page(ctx, req)
+}

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,9 +12,9 @@ import (
 )
 
 // Head passes (docs/design.md, "Head passes"): with notifications on, a
-// pass that a notification starts between two full passes reads from W,
-// not from W - margin; the pass the poll timer starts is full and catches
-// the late commits below W.
+// pass that a notification starts between two full passes reads from W
+// less the head lookback, not from W - margin; the pass the poll timer
+// starts is full and catches the late commits below that.
 
 // lastFirst is the first page request of the latest pass.
 func (p *passCounter) lastFirst() connector.PageRequest {
@@ -23,8 +24,9 @@ func (p *passCounter) lastFirst() connector.PageRequest {
 }
 
 // TestNotifyPassesStartAtTheWatermark: a pass started by a notification
-// reads from the watermark, so that its cost is the rows written since
-// the last pass, not the margin's worth of the index.
+// reads from the watermark less the head lookback (a tenth of a second),
+// so that its cost is the rows written since the last pass, not the
+// margin's worth of the index.
 func TestNotifyPassesStartAtTheWatermark(t *testing.T) {
 	obs := &headObserver{}
 	w := newNotifyWorldWith(t, connector.Config{PollInterval: time.Hour, Observer: obs})
@@ -43,13 +45,13 @@ func TestNotifyPassesStartAtTheWatermark(t *testing.T) {
 	w.src.mu.Lock()
 	req := w.src.firsts[before]
 	w.src.mu.Unlock()
-	want, err := schemas.ParseTime(wm)
+	w0, err := schemas.ParseTime(wm)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !req.Since.Equal(want) {
-		t.Errorf("the pass a notification started read from %s, want the watermark %s (not %s below it)",
-			req.Since.Format(time.RFC3339Nano), wm, want.Sub(req.Since))
+	if want := w0.Add(-connector.DefaultHeadLookback); !req.Since.Equal(want) {
+		t.Errorf("the pass a notification started read from %s, want the watermark %s less the head lookback %s (not %s below it)",
+			req.Since.Format(time.RFC3339Nano), wm, connector.DefaultHeadLookback, w0.Sub(req.Since))
 	}
 	if n := obs.heads.Load(); n == 0 {
 		t.Error("no committed pass was reported as a head pass (CommitInfo.HeadPass)")
@@ -69,11 +71,11 @@ func (o *headObserver) ObserveCommit(c connector.CommitInfo) {
 	}
 }
 
-// TestNotifyLateCommitReachesTheFullPass: a row dated below W when it
-// commits (a transaction that began before the rows the passes since
-// read) is not read by the notification's pass, which starts at W; the
-// next full pass, at most a poll interval later, publishes it exactly
-// once.
+// TestNotifyLateCommitReachesTheFullPass: a row dated below W less the
+// head lookback when it commits (a transaction that began before the rows
+// the passes since read) is not read by the notification's pass, which
+// starts there; the next full pass, at most a poll interval later,
+// publishes it exactly once.
 func TestNotifyLateCommitReachesTheFullPass(t *testing.T) {
 	w := newNotifyWorldWith(t, connector.Config{PollInterval: 1500 * time.Millisecond})
 	w.src.settled(t, 300*time.Millisecond)
@@ -89,6 +91,52 @@ func TestNotifyLateCommitReachesTheFullPass(t *testing.T) {
 	}
 	late.commit()
 	w.waitPublished(t, 10*time.Second)
+	rig.AssertNoDupes(t, w.r.Fold())
+}
+
+// TestNotifyHeadPassReadsALateCommitWithinTheLookback: a writer commits a
+// row dated a few milliseconds before rows that head passes have already
+// published (the common late commit under concurrent writers: its
+// transaction began first and committed last). The next head pass reads
+// from the watermark less the lookback and publishes it, once; no full
+// pass runs (the poll interval is an hour), so without the lookback it
+// would wait for one.
+func TestNotifyHeadPassReadsALateCommitWithinTheLookback(t *testing.T) {
+	const lookback = 2 * time.Second
+	w := newNotifyWorldWith(t, connector.Config{PollInterval: time.Hour, HeadLookback: lookback})
+	w.insert(1) // the first pass, full, leaves a watermark
+	w.waitPublished(t, 10*time.Second)
+	w.src.settled(t, 300*time.Millisecond)
+	late := beginLate(t, w.r, 1000)
+	w.insert(2)
+	w.insert(3)
+	waitFor(t, 10*time.Second, "rows 2 and 3 published by a head pass", func() bool {
+		return len(w.r.Fold().Live) == 3 && w.r.Checkpoint().HeadsSinceFull
+	})
+	cp := w.r.Checkpoint()
+	wm, err := schemas.ParseTime(cp.Watermark)
+	if err != nil || !wm.After(late.at) {
+		t.Fatalf("the watermark %v (%v) is not past the late row's updated_at %s", wm, err, late.at)
+	}
+	if gap := wm.Sub(late.at); gap >= lookback {
+		t.Fatalf("the setup took %s: the late row is not within the lookback %s below the watermark", gap, lookback)
+	}
+	var at2 time.Time
+	if err := w.r.DB.Pool.QueryRow(context.Background(), `SELECT updated_at FROM items WHERE id = 2`).Scan(&at2); err != nil {
+		t.Fatal(err)
+	}
+	before := w.src.times("2")
+	late.commit()
+	w.waitPublished(t, 10*time.Second)
+	if cp := w.r.Checkpoint(); !cp.HeadsSinceFull {
+		t.Error("a full pass ran: the late row must be published by a head pass")
+	}
+	// Row 2, dated below W and written after the open writer began (so
+	// no mark skips it), lies within the lookback: the head pass that
+	// read the late row read it again, and the dedupe set must drop it.
+	if at2.Before(wm) && w.src.times("2") == before {
+		t.Errorf("row 2, dated %s below the watermark, was not read again: no pass read the lookback", wm.Sub(at2))
+	}
 	rig.AssertNoDupes(t, w.r.Fold())
 }
 
@@ -138,7 +186,8 @@ func TestNotifyLateCommitAcrossARestart(t *testing.T) {
 	src, stop := run()
 	src.settled(t, 300*time.Millisecond)
 	late := beginLate(t, r, 1000)
-	time.Sleep(100 * time.Millisecond)
+	// Beyond the head lookback (100 ms) below the rows after it.
+	time.Sleep(connector.DefaultHeadLookback + 200*time.Millisecond)
 	for id := 1; id <= 3; id++ {
 		r.Exec(`INSERT INTO items (id, v) VALUES ($1, 'on time')`, id)
 		time.Sleep(30 * time.Millisecond)
@@ -146,14 +195,15 @@ func TestNotifyLateCommitAcrossARestart(t *testing.T) {
 	waitFor(t, 10*time.Second, "the three rows published", func() bool { return len(r.Fold().Live) == 3 })
 	n := src.settled(t, 300*time.Millisecond)
 	late.commit()
-	// The late row's notification starts a pass from W, past the row.
+	// The late row's notification starts a pass from W less the
+	// lookback, past the row.
 	waitFor(t, 10*time.Second, "the pass the late commit's notification starts", func() bool { return src.settled(t, 300*time.Millisecond) > n })
 	if since := src.lastFirst().Since; !since.After(late.at) {
 		t.Fatalf("the pass after the late commit read from %s, at or below the late row's %s: it is not a head pass", since, late.at)
 	}
 	stop()
 	if _, ok := r.Fold().Live["1000"]; ok {
-		t.Fatal("a pass from W published the late row dated below W")
+		t.Fatal("a head pass published the late row dated below where it read from")
 	}
 	if cp := r.Checkpoint(); !cp.HeadsSinceFull || cp.FullMark == "" || cp.FullMark == cp.SeenMark {
 		t.Fatalf("the checkpoint does not keep the last full pass's mark apart: heads_since_full %v, full_mark %q, seen_mark %q", cp.HeadsSinceFull, cp.FullMark, cp.SeenMark)

@@ -102,7 +102,7 @@ func (lw *openWriter) commit() {
 // TestNotifyLateCommitDuringAFullPass: a row dated tl commits while a full
 // pass runs, after the pass read its place, and within the margin of tl.
 // Head passes run between the full pass's later pages and move W past tl
-// plus the margin, and no head pass reads below W. The next full pass
+// plus the margin, and no head pass reads below W less the lookback. The next full pass
 // must still read from no later than the clock at that full pass's start,
 // less the margin, and publish the row (reading from W less the margin,
 // it would never be read).
@@ -269,7 +269,8 @@ func TestNotifyRestartAfterAHeadPassDuringAFullPass(t *testing.T) {
 // TestNotifyHeadPassDuringAFullPassOverABacklog: the connector was stopped
 // while rows were written over more than the margin above W (their
 // notifications lost). The first full pass after the restart reads them in
-// windows; a head pass between two of its pages reads from W again, below
+// windows; a head pass between two of its pages reads from W (less the
+// head lookback) again, below
 // rows the full pass has published, and the dedupe set must still know
 // them: its floor may not follow the full pass's own progress while head
 // passes may run inside it. (The wake-ups come from the test, not from a
@@ -316,13 +317,13 @@ func TestNotifyHeadPassDuringAFullPassOverABacklog(t *testing.T) {
 	src.mu.Lock()
 	heads := 0
 	for _, q := range src.reqs {
-		if q.Since.Equal(w) {
+		if q.Since.Equal(w.Add(-connector.DefaultHeadLookback)) {
 			heads++
 		}
 	}
 	src.mu.Unlock()
 	if heads == 0 {
-		t.Fatal("no head pass read from W during the full pass")
+		t.Fatal("no head pass read from W less the lookback during the full pass")
 	}
 	r.AssertTable()
 	rig.AssertNoDupes(t, r.Fold())
