@@ -348,6 +348,10 @@ func (a *cli) engineConfig() connector.Config {
 	if margin == 0 {
 		margin = -1 // 0s in the file means no margin
 	}
+	lookback := a.cfg.Source.NotifyLookback.Duration
+	if lookback == 0 {
+		lookback = -1 // 0s in the file means none
+	}
 	retry := s.RetryTimeout.Duration
 	if a.once || !a.serve { // serve: `run` (continuous or --once)
 		retry = s.OnceRetryTimeout.Duration
@@ -358,6 +362,7 @@ func (a *cli) engineConfig() connector.Config {
 		Margin:                  margin,
 		PollInterval:            s.PollInterval.Duration,
 		PollJitter:              s.PollJitter,
+		HeadLookback:            lookback,
 		TxnMaxRecords:           s.TxnMaxRecords,
 		TxnMaxBytes:             s.TxnMaxBytes,
 		TxnMaxDuration:          s.TxnMaxDuration.Duration,

@@ -127,6 +127,14 @@ type SourceConfig struct {
 	// started by a notification: under a steady stream of writes, passes
 	// come at most this often. Default 20ms. Postgres only.
 	NotifyMinGap Duration `yaml:"notify_min_gap"`
+	// NotifyLookback is how far below the watermark a pass started by a
+	// notification (a head pass) reads, so that a row whose transaction
+	// commits at most this long after its updated_at is published by the
+	// next such pass even when rows dated after it were published first,
+	// instead of waiting for the next full pass (docs/design.md, "Head
+	// passes"). Default 100ms; 0s means none; at most sync.margin.
+	// Postgres only.
+	NotifyLookback Duration `yaml:"notify_lookback"`
 	// HTTP configures kind http; the endpoint URL is DSN. HTTP only.
 	HTTP HTTPSourceConfig `yaml:"http,omitempty"`
 }
@@ -386,6 +394,7 @@ var defaults = map[string]string{
 	"source.initial_load":       "moving",
 	"source.on_schema_change":   "continue",
 	"source.notify_min_gap":     "20ms",
+	"source.notify_lookback":    "100ms",
 	"kafka.offsets_topic":       "tidemark-offsets",
 	"group.session_timeout":     "45s",
 	"group.rebalance_timeout":   "60s",
@@ -419,7 +428,7 @@ var postgresOnly = []string{
 	"source.password_env", "source.password_file", "source.schema", "source.table",
 	"source.id_column", "source.updated_at_column", "source.deleted_at_column",
 	"source.columns", "source.filter", "source.horizon",
-	"source.notify", "source.notify_min_gap",
+	"source.notify", "source.notify_min_gap", "source.notify_lookback",
 }
 
 // ConfigDefault returns the default of a dotted key as it would be written in

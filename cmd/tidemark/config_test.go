@@ -79,7 +79,7 @@ func TestDefaults(t *testing.T) {
 		Source: SourceConfig{
 			Kind: "postgres", DSN: "postgres://tidemark@db.example.com:5432/shop",
 			Schema: "public", Table: "orders", IDColumn: "id", UpdatedAtColumn: "updated_at",
-			InitialLoad: "moving", OnSchemaChange: "continue", NotifyMinGap: Duration{20 * time.Millisecond},
+			InitialLoad: "moving", OnSchemaChange: "continue", NotifyMinGap: Duration{20 * time.Millisecond}, NotifyLookback: Duration{100 * time.Millisecond},
 		},
 		Kafka: KafkaConfig{
 			Topic: "orders", OffsetsTopic: "tidemark-offsets", LedgerTopic: "tidemark-ledger",
@@ -195,7 +195,7 @@ func TestEveryKeySettable(t *testing.T) {
 		"source.schema": "s2", "source.table": "t2", "source.id_column": "i2",
 		"source.updated_at_column": "u2", "source.deleted_at_column": "d2",
 		"source.columns": "i2,u2,x", "source.filter": "x > 1", "source.horizon": "true",
-		"source.initial_load": "consistent", "source.on_schema_change": "republish", "source.notify": "n2_changes", "source.notify_min_gap": "35ms", "kafka.brokers": "a:1,b:2", "kafka.topic": "tp",
+		"source.initial_load": "consistent", "source.on_schema_change": "republish", "source.notify": "n2_changes", "source.notify_min_gap": "35ms", "source.notify_lookback": "70ms", "kafka.brokers": "a:1,b:2", "kafka.topic": "tp",
 		"kafka.offsets_topic": "off", "kafka.ledger_topic": "led", "kafka.ledger_retention": "48h", "kafka.partitions": "3", "kafka.replication_factor": "3",
 		"kafka.allow_non_compacted": "true", "kafka.transaction_timeout": "2m",
 		"kafka.compression": "zstd", "kafka.linger": "7ms", "kafka.batch_max_bytes": "64KiB",
@@ -265,7 +265,7 @@ func TestEveryKeySettable(t *testing.T) {
 			"transaction_timeout: 2m0s", "page_size: 500", "margin: 30s", "poll_interval: 5s",
 			"poll_jitter: 0.5", "txn_max_records: 600", "txn_max_bytes: 1000", "txn_max_duration: 1s",
 			"dedupe_max_entries: 7", "level: debug", "format: json", "horizon: true", "password_env: PW",
-			"notify: n2_changes", "notify_min_gap: 35ms", "load_workers: 3",
+			"notify: n2_changes", "notify_min_gap: 35ms", "notify_lookback: 70ms", "load_workers: 3",
 			"compression: zstd", "linger: 7ms", "batch_max_bytes: 65536"} {
 			if !strings.Contains(string(y), want) {
 				t.Errorf("%s: effective config lacks %q:\n%s", name, want, y)
@@ -957,10 +957,11 @@ func TestExampleConfigNoWarnings(t *testing.T) {
 	if w := c.Warnings(); len(w) != 0 {
 		t.Errorf("the example configuration warns: %q", w)
 	}
-	// Setting notify_min_gap to its default without notify is harmless.
-	c = mustLoad(t, writeConfig(t, minimal+"  notify_min_gap: 20ms\n"), nil)
+	// Setting notify_min_gap or notify_lookback to its default without
+	// notify is harmless.
+	c = mustLoad(t, writeConfig(t, minimal+"  notify_min_gap: 20ms\n  notify_lookback: 100ms\n"), nil)
 	if w := c.Warnings(); len(w) != 0 {
-		t.Errorf("notify_min_gap at its default warns: %q", w)
+		t.Errorf("notify_min_gap or notify_lookback at its default warns: %q", w)
 	}
 }
 

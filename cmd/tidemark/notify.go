@@ -13,8 +13,9 @@ import (
 	"github.com/tidemark/tidemark/connector/postgres"
 )
 
-// validateNotify checks source.notify and source.notify_min_gap. With
-// source.kind http both are refused through postgresOnly.
+// validateNotify checks source.notify, source.notify_min_gap and
+// source.notify_lookback. With source.kind http all are refused through
+// postgresOnly.
 func (c *Config) validateNotify(p *problems) {
 	s := &c.Source
 	if s.Kind != "postgres" {
@@ -28,6 +29,9 @@ func (c *Config) validateNotify(p *problems) {
 	if s.NotifyMinGap.Duration < 0 {
 		p.add("source.notify_min_gap", "%s is negative; use 0s or more (default %s)", s.NotifyMinGap, defaults["source.notify_min_gap"])
 	}
+	if s.NotifyLookback.Duration < 0 {
+		p.add("source.notify_lookback", "%s is negative; use 0s (none) or more (default %s)", s.NotifyLookback, defaults["source.notify_lookback"])
+	}
 }
 
 // notifyWarnings are the notify settings that are allowed but do nothing.
@@ -39,6 +43,13 @@ func (c *Config) notifyWarnings() []string {
 	def, _ := time.ParseDuration(defaults["source.notify_min_gap"])
 	if _, set := c.origin["source.notify_min_gap"]; set && s.Notify == "" && s.Kind == "postgres" && s.NotifyMinGap.Duration != def {
 		w = append(w, "source.notify_min_gap is set but source.notify is not: it has no effect without change notifications")
+	}
+	lookback, _ := time.ParseDuration(defaults["source.notify_lookback"])
+	if _, set := c.origin["source.notify_lookback"]; set && s.Notify == "" && s.Kind == "postgres" && s.NotifyLookback.Duration != lookback {
+		w = append(w, "source.notify_lookback is set but source.notify is not: it has no effect without change notifications")
+	}
+	if _, set := c.origin["source.notify_lookback"]; set && s.Notify != "" && s.NotifyLookback.Duration > c.Sync.Margin.Duration {
+		w = append(w, fmt.Sprintf("source.notify_lookback %s is more than sync.margin %s: passes started by notifications read from at most sync.margin below the watermark", s.NotifyLookback, c.Sync.Margin))
 	}
 	if s.Notify != "" && s.NotifyMinGap.Duration >= c.Sync.PollInterval.Duration && c.Sync.PollInterval.Duration > 0 {
 		w = append(w, fmt.Sprintf("source.notify_min_gap %s is not below sync.poll_interval %s: a notification never starts a pass sooner than the poll would", s.NotifyMinGap, c.Sync.PollInterval))

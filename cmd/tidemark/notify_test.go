@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/fold"
 	"github.com/tidemark/tidemark/schemas"
 	"github.com/tidemark/tidemark/test/harness"
@@ -140,6 +141,10 @@ func TestCLINotifyRefusals(t *testing.T) {
 			[]string{"source.notify", "at most 63 bytes"}},
 		{"negative_gap", []string{"run", "--config", writeEdgeConfig(t, dir, "p3.yaml", "postgres://u@127.0.0.1:1/d", "  notify: c\n  notify_min_gap: -1s\n")},
 			[]string{"source.notify_min_gap", "negative"}},
+		{"negative_lookback", []string{"run", "--config", writeEdgeConfig(t, dir, "p6.yaml", "postgres://u@127.0.0.1:1/d", "  notify: c\n  notify_lookback: -100ms\n")},
+			[]string{"source.notify_lookback", "negative", "0s"}},
+		{"http_lookback", []string{"check", "--config", writeFile(t, dir, "h3.yaml", fmt.Sprintf(http, "  notify_lookback: 50ms\n"))},
+			[]string{"source.notify_lookback", "only used with source.kind postgres"}},
 		{"print_without_notify", []string{"check", "--print-notify-sql", "--config", writeEdgeConfig(t, dir, "p4.yaml", "postgres://u@127.0.0.1:1/d", "")},
 			[]string{"source.notify", "is not set"}},
 	} {
@@ -170,9 +175,38 @@ func TestNotifyWarnings(t *testing.T) {
 	wantContains(t, strings.Join(c.Warnings(), "\n"), "source.notify_min_gap is set but source.notify is not")
 	c = mustLoad(t, writeConfig(t, minimal+"  notify: c\n  notify_min_gap: 2s\n"), nil)
 	wantContains(t, strings.Join(c.Warnings(), "\n"), "not below sync.poll_interval")
+	c = mustLoad(t, writeConfig(t, minimal+"  notify_lookback: 1s\n"), nil)
+	wantContains(t, strings.Join(c.Warnings(), "\n"), "source.notify_lookback is set but source.notify is not")
+	c = mustLoad(t, writeConfig(t, minimal+"  notify: c\n  notify_lookback: 20s\nsync:\n  margin: 5s\n"), nil)
+	wantContains(t, strings.Join(c.Warnings(), "\n"), "source.notify_lookback 20s is more than sync.margin 5s")
+	// The default lookback is not the operator's doing: no warning when
+	// the margin is below it.
+	c = mustLoad(t, writeConfig(t, minimal+"  notify: c\n  horizon: true\nsync:\n  margin: 0s\n"), nil)
+	if w := c.Warnings(); len(w) != 0 {
+		t.Errorf("sync.margin 0s with the default lookback warns: %q", w)
+	}
 	c = mustLoad(t, writeConfig(t, minimal+"  notify: c\n"), nil)
-	if w := c.Warnings(); len(w) != 0 || c.Source.NotifyMinGap.Duration != 20*time.Millisecond {
-		t.Errorf("defaults: warnings %q, min gap %s", w, c.Source.NotifyMinGap)
+	if w := c.Warnings(); len(w) != 0 || c.Source.NotifyMinGap.Duration != 20*time.Millisecond || c.Source.NotifyLookback.Duration != 100*time.Millisecond {
+		t.Errorf("defaults: warnings %q, min gap %s, lookback %s", w, c.Source.NotifyMinGap, c.Source.NotifyLookback)
+	}
+}
+
+// TestNotifyLookbackReachesTheEngine: source.notify_lookback is the
+// engine's HeadLookback; 0s means none (the engine's negative), as
+// sync.margin 0s does.
+func TestNotifyLookbackReachesTheEngine(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want time.Duration
+	}{
+		{"", connector.DefaultHeadLookback},
+		{"  notify_lookback: 250ms\n", 250 * time.Millisecond},
+		{"  notify_lookback: 0s\n", -1},
+	} {
+		c := mustLoad(t, writeConfig(t, minimal+"  notify: c\n"+tc.yaml), nil)
+		if got := (&cli{cfg: c}).engineConfig().HeadLookback; got != tc.want {
+			t.Errorf("%q: HeadLookback %s, want %s", tc.yaml, got, tc.want)
+		}
 	}
 }
 
