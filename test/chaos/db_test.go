@@ -135,12 +135,13 @@ func TestDatabaseFaults(t *testing.T) {
 
 // restartPG restarts PostgreSQL and waits until it answers again.
 //
-// harness.Postgres.Restart runs `pg_ctl restart` without -l, so the new
-// postmaster inherits the output pipe of the command and Restart only
-// returns when that server stops (reported to the harness's owner). Until
-// that is fixed, Restart runs in a goroutine, which returns when the next
-// restart or the cleanup stops this server, and the test watches
-// pg_postmaster_start_time() instead.
+// harness.Postgres.Restart returns once `pg_ctl restart -w` has seen the
+// new server up, so it runs on the test's goroutine: run in a goroutine
+// of its own (as when it did not return), a test that ended as soon as the
+// server answered could stop the server in its cleanup while pg_ctl still
+// waited for it, and pg_ctl then failed the test with "could not start
+// server". The pool's view of pg_postmaster_start_time() then says the
+// test's own connections reach the new server.
 func restartPG(ctx context.Context, t *testing.T, p *harness.Postgres, w *world) {
 	t.Helper()
 	startedAt := func() (time.Time, error) {
@@ -152,7 +153,7 @@ func restartPG(ctx context.Context, t *testing.T, p *harness.Postgres, w *world)
 	if err != nil {
 		t.Fatalf("postmaster start time: %v", err)
 	}
-	go p.Restart(t)
+	p.Restart(t)
 	waitFor(t, 60*time.Second, "PostgreSQL to come back after a restart", func() bool {
 		at, err := startedAt()
 		return err == nil && at.After(before)
