@@ -45,10 +45,11 @@ func (c *Config) notifyWarnings() []string {
 		w = append(w, "source.notify_min_gap is set but source.notify is not: it has no effect without change notifications")
 	}
 	lookback, _ := time.ParseDuration(defaults["source.notify_lookback"])
-	if _, set := c.origin["source.notify_lookback"]; set && s.Notify == "" && s.Kind == "postgres" && s.NotifyLookback.Duration != lookback {
+	_, lookbackSet := c.origin["source.notify_lookback"]
+	if lookbackSet && s.Notify == "" && s.Kind == "postgres" && s.NotifyLookback.Duration != lookback {
 		w = append(w, "source.notify_lookback is set but source.notify is not: it has no effect without change notifications")
 	}
-	if _, set := c.origin["source.notify_lookback"]; set && s.Notify != "" && s.NotifyLookback.Duration > c.Sync.Margin.Duration {
+	if lookbackSet && s.Notify != "" && s.NotifyLookback.Duration > c.Sync.Margin.Duration {
 		w = append(w, fmt.Sprintf("source.notify_lookback %s is more than sync.margin %s: passes started by notifications read from at most sync.margin below the watermark", s.NotifyLookback, c.Sync.Margin))
 	}
 	if s.Notify != "" && s.NotifyMinGap.Duration >= c.Sync.PollInterval.Duration && c.Sync.PollInterval.Duration > 0 {
