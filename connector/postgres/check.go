@@ -249,7 +249,7 @@ type planNode struct {
 	Plans     []planNode `json:"Plans"`
 }
 
-func explain(ctx context.Context, tx pgx.Tx, sql string, args []any) (planNode, error) {
+func explain(ctx context.Context, tx querier, sql string, args []any) (planNode, error) {
 	var raw []byte
 	if err := tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+sql, args...).Scan(&raw); err != nil {
 		return planNode{}, err
