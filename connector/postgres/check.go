@@ -135,10 +135,12 @@ func explainParams(t *table) []any {
 //     still contains a Sort. A Sort here means no usable index, an
 //     Incremental Sort means an index on updated_at alone: Warn with the
 //     CREATE INDEX to run.
-//  2. with the normal settings. If the planner still chooses a Sort over a
-//     Seq Scan although an index exists, that matters only on a big table
-//     (statistics are stale or the filter defeats the index): Warn with
-//     ANALYZE advice above 10,000 estimated rows, else OK.
+//  2. with the session's settings, the pages' own. With sorts a last
+//     resort there (see New), a Sort over a Seq Scan although an index
+//     exists means the DSN turned enable_sort back on; that matters only
+//     on a big table (statistics are stale or the filter defeats the
+//     index): Warn with ANALYZE advice above 10,000 estimated rows, else
+//     OK.
 //
 // A filter that PostgreSQL rejects is a Fail finding.
 func checkIndex(ctx context.Context, pool *pgxpool.Pool, cfg Config, t *table, q queries, rep *Report) error {

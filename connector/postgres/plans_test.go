@@ -3,8 +3,11 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/tidemark/tidemark/test/harness"
 )
@@ -20,40 +23,42 @@ import (
 // 4,000 updates a second. (A table of a test's size does not make the
 // planner switch, so this checks the setting that rules the switch out:
 // every session plans each call for its own bounds, unless the DSN says
-// otherwise.)
+// otherwise.) The same for the settings that keep pages in index order
+// (TestPagesAreReadInIndexOrder).
 func TestPageQueriesArePlannedPerCall(t *testing.T) {
 	db := harness.NewDB(t)
 	ctx := context.Background()
 	db.Exec(t, "CREATE TABLE t (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)")
 	for _, c := range []struct{ dsn, want string }{
-		{db.URL, "force_custom_plan"},
-		{db.URL + "&plan_cache_mode=auto", "auto"},
+		{db.URL, "force_custom_plan off off"},
+		{db.URL + "&plan_cache_mode=auto&enable_sort=on&jit=on", "auto on on"},
 	} {
 		s, err := New(ctx, Config{DSN: c.dsn, Schema: db.Schema, Table: "t"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		var mode string
-		err = s.pool.QueryRow(ctx, "SHOW plan_cache_mode").Scan(&mode)
+		var mode, sort, jit string
+		err = s.pool.QueryRow(ctx, "SELECT current_setting('plan_cache_mode'), current_setting('enable_sort'), current_setting('jit')").Scan(&mode, &sort, &jit)
 		s.Close()
-		if err != nil || mode != c.want {
-			t.Errorf("plan_cache_mode of the source's sessions: %q, %v; want %s", mode, err, c.want)
+		if got := mode + " " + sort + " " + jit; err != nil || got != c.want {
+			t.Errorf("plan_cache_mode, enable_sort and jit of the source's sessions: %q, %v; want %q", got, err, c.want)
 		}
 	}
 }
 
-// TestPassPagesAreReadInIndexOrder: a pass's page statements read the
-// (updated_at, id) index in order and stop at the page's LIMIT, whatever
-// the statistics say. Under a stream of updates the statistics lag the
+// TestPagesAreReadInIndexOrder: page statements read the (updated_at, id)
+// index in order and stop at the page's LIMIT, whatever the statistics
+// say, wherever they run: in a pass's view (also once renewed), in a
+// snapshot (the consistent load, sweep and verify) and on the pool (the
+// reference feed). Under a stream of updates the statistics lag the
 // table: the rows changed since the last ANALYZE lie above its histogram,
-// so PostgreSQL estimates a few hundred where there are tens of thousands,
-// and the freshness filter's default selectivity takes that to a handful.
-// For a handful of rows a bitmap scan and a sort look cheapest; but that
-// plan reads every row above the cursor and sorts them for each page, so
-// a pass's work grows with the square of its rows. In the notify
-// benchmark at 10,000 updates a second it did: 1,000-row pages of 50 to
-// 270 ms, passes of thousands of rows, and p99 in seconds.
-func TestPassPagesAreReadInIndexOrder(t *testing.T) {
+// so PostgreSQL estimates a few hundred where there are tens of thousands.
+// For so few rows a bitmap scan and a sort look cheapest; but that plan
+// reads every row after the cursor and sorts them for each page, so a
+// pass's work grows with the square of its rows. In the notify benchmark
+// at 10,000 updates a second it did: 1,000-row pages of 50 to 270 ms,
+// passes of thousands of rows, and p99 in seconds.
+func TestPagesAreReadInIndexOrder(t *testing.T) {
 	db := harness.NewDB(t)
 	ctx := context.Background()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -70,12 +75,7 @@ func TestPassPagesAreReadInIndexOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	v, err := s.OpenView(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v.Close(ctx)
-	m, _, err := parseMark(v.Mark())
+	m, _, err := parseMark(markOf(t, s))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestPassPagesAreReadInIndexOrder(t *testing.T) {
 	since, before := t0.Add(100*time.Second), t0.Add(103*time.Second)
 	lows, marks := []time.Time{since}, []int64{skip}
 	q := s.shape().q
-	for _, c := range []struct {
+	pages := []struct {
 		name string
 		sql  string
 		args []any
@@ -96,14 +96,85 @@ func TestPassPagesAreReadInIndexOrder(t *testing.T) {
 		{"next page with steps", q.next, []any{since, "0", 1000, skip, lows, marks}},
 		{"window, first page", q.sinceBefore, []any{since, 1000, skip, nil, nil, before}},
 		{"window, next page", q.nextBefore, []any{since, "0", 1000, skip, lows, marks, before}},
-	} {
-		plan, err := explain(ctx, v.(querier), c.sql, c.args)
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		if plan.has("Sort") || !plan.has("Index Scan") {
-			raw, _ := json.Marshal(plan)
-			t.Errorf("%s: the page is not read in index order, but sorted (every page would read and sort every row after the cursor): %s", c.name, raw)
+	}
+	inOrder := func(where string, on querier) {
+		t.Helper()
+		for _, c := range pages {
+			plan, err := explain(ctx, on, c.sql, c.args)
+			if err != nil {
+				t.Fatalf("%s, %s: %v", where, c.name, err)
+			}
+			if plan.has("Sort") || !plan.has("Index Scan") {
+				raw, _ := json.Marshal(plan)
+				t.Errorf("%s, %s: the page is not read in index order, but sorted (every page would read and sort every row after the cursor): %s", where, c.name, raw)
+			}
 		}
 	}
+	// The control: with PostgreSQL's defaults the table's statistics
+	// make the pages sort, else this test tests nothing.
+	if plan, err := explain(ctx, db.Pool, q.next, pages[1].args); err != nil || !plan.has("Sort") {
+		raw, _ := json.Marshal(plan)
+		t.Fatalf("with PostgreSQL's defaults the next page of the test's table is not sorted (%v): %s; the table no longer shows what the test is about", err, raw)
+	}
+
+	inOrder("on the pool", s.pool)
+	v, err := s.OpenView(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close(ctx)
+	inOrder("in a pass's view", v.(querier))
+	if err := v.(*passView).renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	inOrder("in a renewed view", v.(querier))
+	sn, err := s.snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sn.Close(ctx)
+	if err := sn.with(ctx, func(tx pgx.Tx) error {
+		inOrder("in a snapshot", tx)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPagesThatMustSortAreNotCompiled: with no index that serves ORDER BY
+// updated_at, id a page sorts whatever the settings, and the sort's penalty
+// (enable_sort off) makes its estimated cost huge: PostgreSQL would
+// JIT-compile it, with inlining and optimisation, on every call (some 100 ms
+// where the page itself takes 10). The sessions turn jit off.
+func TestPagesThatMustSortAreNotCompiled(t *testing.T) {
+	db := harness.NewDB(t)
+	ctx := context.Background()
+	db.Exec(t, "CREATE TABLE u (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)")
+	db.Exec(t, "INSERT INTO u SELECT g, now() FROM generate_series(1, 50000) g")
+	db.Exec(t, "ANALYZE u")
+	s, err := New(ctx, Config{DSN: db.URL, Schema: db.Schema, Table: "u"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var raw string
+	if err := s.pool.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+s.shape().q.next, time.Now().Add(-time.Hour), "0", 1000, nil, nil, nil).Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(raw, `"Sort"`) {
+		t.Fatalf("a table without the index: the page is not sorted: %s", raw)
+	}
+	if strings.Contains(raw, `"JIT"`) {
+		t.Errorf("a page that must sort is JIT-compiled: %s", raw)
+	}
+}
+
+// markOf is the mark of a pass about to start on s.
+func markOf(t *testing.T, s *Source) string {
+	t.Helper()
+	m, err := s.Mark(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

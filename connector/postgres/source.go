@@ -368,6 +368,20 @@ func connect(ctx context.Context, cfg Config, conns int32) (*pgxpool.Pool, error
 	if rp["plan_cache_mode"] == "" {
 		rp["plan_cache_mode"] = "force_custom_plan"
 	}
+	// Every page reads the (updated_at, id) index in order and stops at
+	// its LIMIT (docs/design.md, "The walk"), in a pass's view, a
+	// snapshot or on its own: with sorts a last resort, statistics that
+	// lag a stream of updates cannot make each page read and sort every
+	// row after its cursor. A statement that must sort still does; jit
+	// is off so that the sort's penalty does not push its cost past the
+	// JIT thresholds and have every such page compiled. An enable_sort or
+	// jit in the DSN is kept.
+	if rp["enable_sort"] == "" {
+		rp["enable_sort"] = "off"
+	}
+	if rp["jit"] == "" {
+		rp["jit"] = "off"
+	}
 	// An initial load in key order holds LoadWorkers sessions at once;
 	// the clock, mark and horizon queries need more.
 	if need := int32(cfg.LoadWorkers + 2); cfg.LoadWorkers > 0 && pc.MaxConns < need {

@@ -25,15 +25,8 @@ var maxViewAge = time.Second
 // idle between two reads by design: a pass's view, a load's snapshot.
 const noIdleTimeout = "SET LOCAL idle_in_transaction_session_timeout = 0"
 
-// indexOrder has a view's page statements read the (updated_at, id) index
-// in order, and stop at their LIMIT, even when stale statistics make a
-// bitmap scan and a sort of every row after the cursor look cheaper
-// (docs/design.md, "The walk"). With no index that serves the order, a
-// page still sorts.
-const indexOrder = "SET LOCAL enable_sort = off"
-
 // beginView are the statements that begin a view's transaction.
-var beginView = []string{"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", noIdleTimeout, indexOrder}
+var beginView = []string{"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", noIdleTimeout}
 
 // passView is the consistent view a pass reads its pages in: a REPEATABLE
 // READ READ ONLY transaction on one connection of the pool, whose snapshot
