@@ -222,6 +222,10 @@ type ListenConfig struct {
 	// MaxBackoff caps the wait between reconnection attempts, which starts
 	// at 100 ms and doubles, jittered. Default 5s.
 	MaxBackoff time.Duration
+	// MaxHold caps how long notifications are left unread while a
+	// wake-up waits for the engine to take it (see Listener). Default
+	// 250ms.
+	MaxHold time.Duration
 	// Logger; default the source Config's Logger, else slog.Default().
 	Logger *slog.Logger
 }
@@ -229,7 +233,12 @@ type ListenConfig struct {
 // Listener holds a dedicated connection (not one of the page pool's) that
 // LISTENs on a channel and turns notifications into wake-ups on a channel
 // of capacity 1: any number of notifications that arrive before the
-// engine looks again make one wake-up. When the connection drops (a
+// engine looks again make one wake-up. While a wake-up waits for the
+// engine, further notifications are left unread, for at most MaxHold:
+// they could only join it, and under thousands of commits a second
+// reading each as it came cost a system call and a wake-up of this
+// process and of the server's listening backend per commit. Once the
+// engine takes the wake-up they are read in bulk. When the connection drops (a
 // server restart, pg_terminate_backend, a network failure found by the
 // heartbeat) it is re-established with capped, jittered backoff, and then
 // one wake-up is sent: the pass it starts reads whatever changed while
@@ -240,6 +249,7 @@ type Listener struct {
 	channel   string
 	heartbeat time.Duration
 	maxWait   time.Duration
+	maxHold   time.Duration
 	log       *slog.Logger
 
 	wake   chan struct{}
@@ -279,6 +289,7 @@ func Listen(ctx context.Context, cfg Config, lc ListenConfig) (*Listener, error)
 		channel:   lc.Channel,
 		heartbeat: lc.Heartbeat,
 		maxWait:   lc.MaxBackoff,
+		maxHold:   lc.MaxHold,
 		log:       lc.Logger,
 		wake:      make(chan struct{}, 1),
 		done:      make(chan struct{}),
@@ -288,6 +299,9 @@ func Listen(ctx context.Context, cfg Config, lc ListenConfig) (*Listener, error)
 	}
 	if l.maxWait <= 0 {
 		l.maxWait = 5 * time.Second
+	}
+	if l.maxHold <= 0 {
+		l.maxHold = 250 * time.Millisecond
 	}
 	if l.log == nil {
 		l.log = cfg.logger()
@@ -323,12 +337,65 @@ func (l *Listener) Close() {
 	<-l.done
 }
 
-// signal sends a wake-up unless one is already waiting.
-func (l *Listener) signal() {
+// signal sends a wake-up unless one is already waiting, and reports
+// whether it sent one: then the engine had taken every earlier one.
+func (l *Listener) signal() bool {
 	select {
 	case l.wake <- struct{}{}:
+		return true
 	default:
+		return false
 	}
+}
+
+// holdPoll is how often hold looks whether the engine took the wake-up.
+const holdPoll = 2 * time.Millisecond
+
+// drainFor is how long drain reads: enough for thousands of notifications
+// already on the connection, and not so long that it reads one by one
+// what arrives under a steady stream.
+const drainFor = time.Millisecond
+
+// drain reads the notifications already on the connection, for drainFor,
+// before a hold: those that queued during the last one. It returns the
+// connection's error, if it failed.
+func (l *Listener) drain(ctx context.Context, conn *pgx.Conn) error {
+	dctx, cancel := context.WithTimeout(ctx, drainFor)
+	defer cancel()
+	for {
+		n, err := conn.WaitForNotification(dctx)
+		if err != nil {
+			if dctx.Err() != nil && ctx.Err() == nil && !conn.IsClosed() {
+				return nil // read for drainFor
+			}
+			return err
+		}
+		if n != nil && n.Channel == l.channel {
+			l.notes.Add(1)
+			l.signal()
+		}
+	}
+}
+
+// hold waits while the wake-up sent last waits for the engine, for at most
+// maxHold, and reports whether the engine took it. The notifications that
+// arrive meanwhile queue on the connection (and, once its buffers are
+// full, in the server's notification queue, which is bounded and which
+// every notifying commit writes to: hence the bound).
+func (l *Listener) hold(ctx context.Context) bool {
+	t := time.NewTicker(holdPoll)
+	defer t.Stop()
+	for end := time.Now().Add(l.maxHold); len(l.wake) > 0; {
+		if !time.Now().Before(end) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+	return true
 }
 
 // connect opens the connection and runs LISTEN on the quoted channel.
@@ -409,8 +476,12 @@ func (l *Listener) reconnect(ctx context.Context, lost time.Time) *pgx.Conn {
 // wait forwards notifications as wake-ups until the connection fails or
 // ctx ends. A connection silent for a heartbeat is checked with a round
 // trip; notifications that arrive meanwhile are kept by pgx and returned
-// by the next WaitForNotification.
+// by the next WaitForNotification. After a notification it reads what
+// else is there already, then holds (see Listener) until the engine takes
+// the wake-up; a hold that ran out is not repeated before the engine has
+// taken one.
 func (l *Listener) wait(ctx context.Context, conn *pgx.Conn) error {
+	overdue := false
 	for {
 		wctx, cancel := context.WithTimeout(ctx, l.heartbeat)
 		n, err := conn.WaitForNotification(wctx)
@@ -419,7 +490,15 @@ func (l *Listener) wait(ctx context.Context, conn *pgx.Conn) error {
 		case err == nil:
 			if n != nil && n.Channel == l.channel {
 				l.notes.Add(1)
-				l.signal()
+				if l.signal() {
+					overdue = false
+				}
+				if err := l.drain(ctx, conn); err != nil {
+					return err
+				}
+				if !overdue {
+					overdue = !l.hold(ctx)
+				}
 			}
 			continue
 		case ctx.Err() != nil:

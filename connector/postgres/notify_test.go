@@ -85,6 +85,58 @@ func TestListenerCoalesces(t *testing.T) {
 	}
 }
 
+// TestListenerHoldsWhileAWakeUpWaits: while the wake-up it sent waits for
+// the engine, the listener leaves further notifications unread (they could
+// only join that wake-up), and reads them in bulk once it is taken: under
+// thousands of commits a second, reading each as it came cost a system
+// call and a wake-up of tidemark and of the server's listening backend
+// per commit, a third of tidemark's CPU. The hold is bounded: a wake-up
+// nobody takes does not leave the notifications unread for longer than
+// MaxHold, since the server's notification queue, which every notifying
+// commit writes to, is bounded too.
+func TestListenerHoldsWhileAWakeUpWaits(t *testing.T) {
+	db := harness.NewDB(t)
+	l := listen(t, db, postgres.ListenConfig{Channel: "hold", MaxHold: time.Minute})
+	notify(t, db, "hold")
+	if !waitFor(10*time.Second, func() bool { return l.Notifications() == 1 }) {
+		t.Fatalf("received %d notifications, want 1", l.Notifications())
+	}
+	// Past the read of what was there already (drainFor, 1 ms): the
+	// listener holds now.
+	time.Sleep(200 * time.Millisecond)
+	for range 20 {
+		notify(t, db, "hold")
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := l.Notifications(); n != 1 {
+		t.Errorf("%d notifications read while a wake-up waited for the engine, want 1 (the rest left unread until it is taken)", n)
+	}
+	if !woke(l, time.Second) {
+		t.Fatal("no wake-up for the first notification")
+	}
+	if !waitFor(10*time.Second, func() bool { return l.Notifications() == 21 }) {
+		t.Fatalf("received %d notifications after the wake-up was taken, want 21", l.Notifications())
+	}
+	if !woke(l, 5*time.Second) {
+		t.Fatal("no wake-up for the notifications read after the first was taken")
+	}
+
+	// Bounded: nobody takes the wake-up, and still everything is read.
+	b := listen(t, db, postgres.ListenConfig{Channel: "bounded", MaxHold: 100 * time.Millisecond})
+	for range 20 {
+		notify(t, db, "bounded")
+	}
+	if !waitFor(10*time.Second, func() bool { return b.Notifications() == 20 }) {
+		t.Fatalf("received %d notifications while nobody took the wake-up, want all 20 after MaxHold", b.Notifications())
+	}
+	if !woke(b, time.Second) {
+		t.Fatal("no wake-up after 20 notifications")
+	}
+	if woke(b, 200*time.Millisecond) {
+		t.Fatal("a second wake-up for notifications that all arrived before the first was read")
+	}
+}
+
 // TestListenerReconnects: the listening backend terminated with
 // pg_terminate_backend comes back on a new backend, sends one wake-up
 // without any notification (a pass follows), and notifications work again.
