@@ -234,16 +234,18 @@ type ListenConfig struct {
 // LISTENs on a channel and turns notifications into wake-ups on a channel
 // of capacity 1: any number of notifications that arrive before the
 // engine looks again make one wake-up. While a wake-up waits for the
-// engine, further notifications are left unread, for at most MaxHold:
-// they could only join it, and under thousands of commits a second
-// reading each as it came cost a system call and a wake-up of this
-// process and of the server's listening backend per commit. Once the
-// engine takes the wake-up they are read in bulk. When the connection drops (a
-// server restart, pg_terminate_backend, a network failure found by the
-// heartbeat) it is re-established with capped, jittered backoff, and then
-// one wake-up is sent: the pass it starts reads whatever changed while
-// nobody listened. It stops when the context given to Listen ends, or on
-// Close.
+// engine, further notifications are left unread until it takes it, for
+// at most MaxHold: under thousands of commits a second, reading each as
+// it came cost a system call and a wake-up of this process per commit;
+// this way one read brings all that queued meanwhile, and makes the next
+// wake-up. (So a burst of commits that a pass already read may start one
+// more pass, as a notification read during the pass would: the listener
+// cannot tell which commits the pass's snapshot holds.) When the
+// connection drops (a server restart, pg_terminate_backend, a network
+// failure found by the heartbeat) it is re-established with capped,
+// jittered backoff, and then one wake-up is sent: the pass it starts reads
+// whatever changed while nobody listened. It stops when the context given
+// to Listen ends, or on Close.
 type Listener struct {
 	conn      *pgx.ConnConfig
 	channel   string
@@ -337,65 +339,40 @@ func (l *Listener) Close() {
 	<-l.done
 }
 
-// signal sends a wake-up unless one is already waiting, and reports
-// whether it sent one: then the engine had taken every earlier one.
-func (l *Listener) signal() bool {
+// signal sends a wake-up unless one is already waiting.
+func (l *Listener) signal() {
 	select {
 	case l.wake <- struct{}{}:
-		return true
 	default:
-		return false
 	}
 }
 
 // holdPoll is how often hold looks whether the engine took the wake-up.
-const holdPoll = 2 * time.Millisecond
+const holdPoll = time.Millisecond
 
-// drainFor is how long drain reads: enough for thousands of notifications
-// already on the connection, and not so long that it reads one by one
-// what arrives under a steady stream.
-const drainFor = time.Millisecond
-
-// drain reads the notifications already on the connection, for drainFor,
-// before a hold: those that queued during the last one. It returns the
-// connection's error, if it failed.
-func (l *Listener) drain(ctx context.Context, conn *pgx.Conn) error {
-	dctx, cancel := context.WithTimeout(ctx, drainFor)
-	defer cancel()
-	for {
-		n, err := conn.WaitForNotification(dctx)
-		if err != nil {
-			if dctx.Err() != nil && ctx.Err() == nil && !conn.IsClosed() {
-				return nil // read for drainFor
-			}
-			return err
-		}
-		if n != nil && n.Channel == l.channel {
-			l.notes.Add(1)
-			l.signal()
-		}
-	}
-}
+// holdBacklog is what a read of the connection brings, in bytes, when
+// more queued than one read takes (half the driver's read buffer, some
+// hundred notifications): the listener then reads on without holding
+// until a read brings less. (A read that ends inside a message is
+// followed at once by the read of its rest; this is for one that ends
+// between two.)
+const holdBacklog = 4096
 
 // hold waits while the wake-up sent last waits for the engine, for at most
-// maxHold, and reports whether the engine took it. The notifications that
-// arrive meanwhile queue on the connection (and, once its buffers are
-// full, in the server's notification queue, which is bounded and which
-// every notifying commit writes to: hence the bound).
-func (l *Listener) hold(ctx context.Context) bool {
+// maxHold. The notifications that arrive meanwhile queue on the connection
+// (and, once its buffers are full, in the server's notification queue,
+// which is bounded and which every notifying commit writes to: hence the
+// bound).
+func (l *Listener) hold(ctx context.Context) {
 	t := time.NewTicker(holdPoll)
 	defer t.Stop()
-	for end := time.Now().Add(l.maxHold); len(l.wake) > 0; {
-		if !time.Now().Before(end) {
-			return false
-		}
+	for end := time.Now().Add(l.maxHold); len(l.wake) > 0 && time.Now().Before(end); {
 		select {
 		case <-ctx.Done():
-			return false
+			return
 		case <-t.C:
 		}
 	}
-	return true
 }
 
 // connect opens the connection and runs LISTEN on the quoted channel.
@@ -476,29 +453,28 @@ func (l *Listener) reconnect(ctx context.Context, lost time.Time) *pgx.Conn {
 // wait forwards notifications as wake-ups until the connection fails or
 // ctx ends. A connection silent for a heartbeat is checked with a round
 // trip; notifications that arrive meanwhile are kept by pgx and returned
-// by the next WaitForNotification. After a notification it reads what
-// else is there already, then holds (see Listener) until the engine takes
-// the wake-up; a hold that ran out is not repeated before the engine has
-// taken one.
+// by the next WaitForNotification. Once it has taken every notification
+// a read of the connection brought, it holds (see Listener), unless that
+// read brought a backlog.
 func (l *Listener) wait(ctx context.Context, conn *pgx.Conn) error {
-	overdue := false
+	buffered := conn.PgConn().Frontend().ReadBufferLen
+	backlog := false // the last read of the connection brought a backlog
 	for {
+		read := buffered() == 0
 		wctx, cancel := context.WithTimeout(ctx, l.heartbeat)
 		n, err := conn.WaitForNotification(wctx)
 		cancel()
 		switch {
 		case err == nil:
+			if read {
+				backlog = buffered() >= holdBacklog
+			}
 			if n != nil && n.Channel == l.channel {
 				l.notes.Add(1)
-				if l.signal() {
-					overdue = false
-				}
-				if err := l.drain(ctx, conn); err != nil {
-					return err
-				}
-				if !overdue {
-					overdue = !l.hold(ctx)
-				}
+				l.signal()
+			}
+			if buffered() == 0 && !backlog {
+				l.hold(ctx)
 			}
 			continue
 		case ctx.Err() != nil:

@@ -86,10 +86,9 @@ func TestListenerCoalesces(t *testing.T) {
 }
 
 // TestListenerHoldsWhileAWakeUpWaits: while the wake-up it sent waits for
-// the engine, the listener leaves further notifications unread (they could
-// only join that wake-up), and reads them in bulk once it is taken: under
-// thousands of commits a second, reading each as it came cost a system
-// call and a wake-up of tidemark and of the server's listening backend
+// the engine, the listener leaves further notifications unread, and reads
+// them in bulk once it is taken: under thousands of commits a second,
+// reading each as it came cost a system call and a wake-up of tidemark
 // per commit, a third of tidemark's CPU. The hold is bounded: a wake-up
 // nobody takes does not leave the notifications unread for longer than
 // MaxHold, since the server's notification queue, which every notifying
@@ -101,8 +100,7 @@ func TestListenerHoldsWhileAWakeUpWaits(t *testing.T) {
 	if !waitFor(10*time.Second, func() bool { return l.Notifications() == 1 }) {
 		t.Fatalf("received %d notifications, want 1", l.Notifications())
 	}
-	// Past the read of what was there already (drainFor, 1 ms): the
-	// listener holds now.
+	// The listener holds now.
 	time.Sleep(200 * time.Millisecond)
 	for range 20 {
 		notify(t, db, "hold")
@@ -121,13 +119,39 @@ func TestListenerHoldsWhileAWakeUpWaits(t *testing.T) {
 		t.Fatal("no wake-up for the notifications read after the first was taken")
 	}
 
-	// Bounded: nobody takes the wake-up, and still everything is read.
-	b := listen(t, db, postgres.ListenConfig{Channel: "bounded", MaxHold: 100 * time.Millisecond})
+	// A backlog of many reads' worth (2,000 notifications of one
+	// transaction, some 40 kB) is read in full once the wake-up is
+	// taken, not a read's worth per wake-up (with a hold of a minute,
+	// the rest would wait for the next).
+	notify(t, db, "hold")
+	if !waitFor(10*time.Second, func() bool { return l.Notifications() == 22 }) {
+		t.Fatalf("received %d notifications, want 22", l.Notifications())
+	}
+	time.Sleep(200 * time.Millisecond)
+	if _, err := db.Pool.Exec(context.Background(), "SELECT pg_notify('hold', g::text) FROM generate_series(1, 2000) g"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := l.Notifications(); n != 22 {
+		t.Errorf("%d notifications read while a wake-up waited for the engine, want 22", n)
+	}
+	if !woke(l, time.Second) {
+		t.Fatal("no wake-up for the 2,000 notifications")
+	}
+	if !waitFor(5*time.Second, func() bool { return l.Notifications() == 2022 }) {
+		t.Fatalf("received %d notifications after the wake-up was taken, want 2022: the backlog was not read in full, but a read's worth", l.Notifications())
+	}
+
+	// Bounded: nobody takes the wake-up, and still everything is read,
+	// at least every MaxHold.
+	b := listen(t, db, postgres.ListenConfig{Channel: "bounded", MaxHold: time.Second})
+	start := time.Now()
 	for range 20 {
 		notify(t, db, "bounded")
+		time.Sleep(100 * time.Millisecond)
 	}
-	if !waitFor(10*time.Second, func() bool { return b.Notifications() == 20 }) {
-		t.Fatalf("received %d notifications while nobody took the wake-up, want all 20 after MaxHold", b.Notifications())
+	if !waitFor(5*time.Second, func() bool { return b.Notifications() == 20 }) {
+		t.Fatalf("received %d notifications in %s while nobody took the wake-up, want all 20 within about MaxHold of the last", b.Notifications(), time.Since(start).Round(time.Millisecond))
 	}
 	if !woke(b, time.Second) {
 		t.Fatal("no wake-up after 20 notifications")
