@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
+	"net"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -240,7 +241,9 @@ type ListenConfig struct {
 // this way one read brings all that queued meanwhile, and makes the next
 // wake-up. (So a burst of commits that a pass already read may start one
 // more pass, as a notification read during the pass would: the listener
-// cannot tell which commits the pass's snapshot holds.) When the
+// cannot tell which commits the pass's snapshot holds.) It holds only on
+// a plain TCP or Unix socket connection (see holdable); over TLS it reads
+// every notification as it comes. When the
 // connection drops (a server restart, pg_terminate_backend, a network
 // failure found by the heartbeat) it is re-established with capped,
 // jittered backoff, and then one wake-up is sent: the pass it starts reads
@@ -305,6 +308,10 @@ func Listen(ctx context.Context, cfg Config, lc ListenConfig) (*Listener, error)
 	if l.maxHold <= 0 {
 		l.maxHold = 250 * time.Millisecond
 	}
+	// Every notification pgx receives, in WaitForNotification or in the
+	// heartbeat's round trip, is taken at once: no queue of pgx's own
+	// holds some back from wait's accounting.
+	l.conn.OnNotification = l.notified
 	if l.log == nil {
 		l.log = cfg.logger()
 	}
@@ -339,6 +346,14 @@ func (l *Listener) Close() {
 	<-l.done
 }
 
+// notified is the connection's notification handler.
+func (l *Listener) notified(_ *pgconn.PgConn, n *pgconn.Notification) {
+	if n.Channel == l.channel {
+		l.notes.Add(1)
+		l.signal()
+	}
+}
+
 // signal sends a wake-up unless one is already waiting.
 func (l *Listener) signal() {
 	select {
@@ -348,7 +363,22 @@ func (l *Listener) signal() {
 }
 
 // holdPoll is how often hold looks whether the engine took the wake-up.
-const holdPoll = time.Millisecond
+const holdPoll = 2 * time.Millisecond
+
+// holdable reports whether the listener may hold on conn: whether what a
+// read of it brings is all the driver's buffer shows, with nothing kept
+// between the socket and it. A TLS connection keeps the records it has
+// read beyond the one it returns, so a read would look like no backlog
+// while one waits, and holding would leave the listener a record a cycle
+// behind the server; there, and on any connection it does not know, the
+// listener reads every notification as it comes.
+func holdable(conn net.Conn) bool {
+	switch conn.(type) {
+	case *net.TCPConn, *net.UnixConn:
+		return true
+	}
+	return false
+}
 
 // holdBacklog is what a read of the connection brings, in bytes, when
 // more queued than one read takes (half the driver's read buffer, some
@@ -458,22 +488,19 @@ func (l *Listener) reconnect(ctx context.Context, lost time.Time) *pgx.Conn {
 // read brought a backlog.
 func (l *Listener) wait(ctx context.Context, conn *pgx.Conn) error {
 	buffered := conn.PgConn().Frontend().ReadBufferLen
+	holds := holdable(conn.PgConn().Conn())
 	backlog := false // the last read of the connection brought a backlog
 	for {
 		read := buffered() == 0
 		wctx, cancel := context.WithTimeout(ctx, l.heartbeat)
-		n, err := conn.WaitForNotification(wctx)
+		_, err := conn.WaitForNotification(wctx) // notified took it
 		cancel()
 		switch {
 		case err == nil:
 			if read {
 				backlog = buffered() >= holdBacklog
 			}
-			if n != nil && n.Channel == l.channel {
-				l.notes.Add(1)
-				l.signal()
-			}
-			if buffered() == 0 && !backlog {
+			if holds && buffered() == 0 && !backlog {
 				l.hold(ctx)
 			}
 			continue
