@@ -102,19 +102,26 @@ func TestListenerHoldsWhileAWakeUpWaits(t *testing.T) {
 	}
 	// The listener holds now.
 	time.Sleep(200 * time.Millisecond)
+	// heldThenRead: what was sent since is left unread (the count stays
+	// at before) while the wake-up waits, and read in full (after) once
+	// it is taken.
+	heldThenRead := func(before, after int64) {
+		t.Helper()
+		time.Sleep(300 * time.Millisecond)
+		if n := l.Notifications(); n != before {
+			t.Errorf("%d notifications read while a wake-up waited for the engine, want %d (the rest left unread until it is taken)", n, before)
+		}
+		if !woke(l, time.Second) {
+			t.Fatal("no wake-up waiting")
+		}
+		if !waitFor(5*time.Second, func() bool { return l.Notifications() == after }) {
+			t.Fatalf("received %d notifications after the wake-up was taken, want %d", l.Notifications(), after)
+		}
+	}
 	for range 20 {
 		notify(t, db, "hold")
 	}
-	time.Sleep(300 * time.Millisecond)
-	if n := l.Notifications(); n != 1 {
-		t.Errorf("%d notifications read while a wake-up waited for the engine, want 1 (the rest left unread until it is taken)", n)
-	}
-	if !woke(l, time.Second) {
-		t.Fatal("no wake-up for the first notification")
-	}
-	if !waitFor(10*time.Second, func() bool { return l.Notifications() == 21 }) {
-		t.Fatalf("received %d notifications after the wake-up was taken, want 21", l.Notifications())
-	}
+	heldThenRead(1, 21)
 	if !woke(l, 5*time.Second) {
 		t.Fatal("no wake-up for the notifications read after the first was taken")
 	}
@@ -131,16 +138,7 @@ func TestListenerHoldsWhileAWakeUpWaits(t *testing.T) {
 	if _, err := db.Pool.Exec(context.Background(), "SELECT pg_notify('hold', g::text) FROM generate_series(1, 2000) g"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
-	if n := l.Notifications(); n != 22 {
-		t.Errorf("%d notifications read while a wake-up waited for the engine, want 22", n)
-	}
-	if !woke(l, time.Second) {
-		t.Fatal("no wake-up for the 2,000 notifications")
-	}
-	if !waitFor(5*time.Second, func() bool { return l.Notifications() == 2022 }) {
-		t.Fatalf("received %d notifications after the wake-up was taken, want 2022: the backlog was not read in full, but a read's worth", l.Notifications())
-	}
+	heldThenRead(22, 2022)
 
 	// Bounded: nobody takes the wake-up, and still everything is read,
 	// at least every MaxHold.
