@@ -243,12 +243,13 @@ type ListenConfig struct {
 // more pass, as a notification read during the pass would: the listener
 // cannot tell which commits the pass's snapshot holds.) It holds only on
 // a plain TCP or Unix socket connection (see holdable); over TLS it reads
-// every notification as it comes. When the
-// connection drops (a server restart, pg_terminate_backend, a network
-// failure found by the heartbeat) it is re-established with capped,
-// jittered backoff, and then one wake-up is sent: the pass it starts reads
-// whatever changed while nobody listened. It stops when the context given
-// to Listen ends, or on Close.
+// every notification as it comes.
+//
+// When the connection drops (a server restart, pg_terminate_backend, a
+// network failure found by the heartbeat) it is re-established with
+// capped, jittered backoff, and then one wake-up is sent: the pass it
+// starts reads whatever changed while nobody listened. It stops when the
+// context given to Listen ends, or on Close.
 type Listener struct {
 	conn      *pgx.ConnConfig
 	channel   string
@@ -482,8 +483,8 @@ func (l *Listener) reconnect(ctx context.Context, lost time.Time) *pgx.Conn {
 
 // wait forwards notifications as wake-ups until the connection fails or
 // ctx ends. A connection silent for a heartbeat is checked with a round
-// trip; notifications that arrive meanwhile are kept by pgx and returned
-// by the next WaitForNotification. Once it has taken every notification
+// trip; notifications that arrive meanwhile are taken by notified as
+// well. Once it has taken every notification
 // a read of the connection brought, it holds (see Listener), unless that
 // read brought a backlog.
 func (l *Listener) wait(ctx context.Context, conn *pgx.Conn) error {
