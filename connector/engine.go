@@ -602,19 +602,35 @@ func (e *Engine) startRun(ctx context.Context) error {
 // the committed checkpoint, so that every later start refuses until an
 // operator decides with `tidemark reset`. The checkpoint is reloaded first:
 // nothing uncommitted is kept. A failure here is logged; the stop stands.
+//
+// The mark is what makes `check` and the next run say what this run said,
+// so a transient failure (a transaction left open on the offsets or ledger
+// topic for longer than a read waits, a broker error) is tried again, up
+// to markAttempts times, 1 s and then 2 s later.
 func (e *Engine) markNeedsDecision(ctx context.Context, stop *StopError) {
 	ctx = context.WithoutCancel(ctx)
-	if err := e.recover(ctx); err != nil {
-		e.log.Error("could not mark the checkpoint as needing a decision", "err", err)
-		return
+	var err error
+	for attempt := range markAttempts {
+		if attempt > 0 {
+			time.Sleep(time.Duration(attempt) * time.Second)
+		}
+		if err = e.recover(ctx); err == nil {
+			e.cp.NeedsDecision = stop.Reason
+			err = e.commit(ctx)
+		}
+		if err == nil || Fatal(err) {
+			break
+		}
 	}
-	e.cp.NeedsDecision = stop.Reason
-	if err := e.commit(ctx); err != nil {
+	if err != nil {
 		e.log.Error("could not mark the checkpoint as needing a decision", "err", err)
 		return
 	}
 	e.log.Error("checkpoint marked: needs an operator decision", "reason", stop.Reason, "action", stop.Hint)
 }
+
+// markAttempts bounds the attempts of markNeedsDecision.
+const markAttempts = 3
 
 // recover discards everything not committed: it checks that no newer run
 // has taken over, recovers the producer session (KIP-360: its own id and
