@@ -612,7 +612,7 @@ func (e *Engine) markNeedsDecision(ctx context.Context, stop *StopError) {
 	var err error
 	for attempt := range markAttempts {
 		if attempt > 0 {
-			time.Sleep(time.Duration(attempt) * time.Second)
+			e.sleep(ctx, time.Duration(attempt)*time.Second)
 		}
 		if err = e.recover(ctx); err == nil {
 			e.cp.NeedsDecision = stop.Reason

@@ -484,9 +484,8 @@ func (l *Listener) reconnect(ctx context.Context, lost time.Time) *pgx.Conn {
 // wait forwards notifications as wake-ups until the connection fails or
 // ctx ends. A connection silent for a heartbeat is checked with a round
 // trip; notifications that arrive meanwhile are taken by notified as
-// well. Once it has taken every notification
-// a read of the connection brought, it holds (see Listener), unless that
-// read brought a backlog.
+// well. Once it has taken every notification a read of the connection
+// brought, it holds (see Listener), unless that read brought a backlog.
 func (l *Listener) wait(ctx context.Context, conn *pgx.Conn) error {
 	buffered := conn.PgConn().Frontend().ReadBufferLen
 	holds := holdable(conn.PgConn().Conn())

@@ -75,7 +75,11 @@ func TestPagesAreReadInIndexOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	m, _, err := parseMark(markOf(t, s))
+	mark, err := s.Mark(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := parseMark(mark)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,14 +171,4 @@ func TestPagesThatMustSortAreNotCompiled(t *testing.T) {
 	if strings.Contains(raw, `"JIT"`) {
 		t.Errorf("a page that must sort is JIT-compiled: %s", raw)
 	}
-}
-
-// markOf is the mark of a pass about to start on s.
-func markOf(t *testing.T, s *Source) string {
-	t.Helper()
-	m, err := s.Mark(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
 }
