@@ -74,12 +74,18 @@ func renewAfter(ctx context.Context, q querier, err error) {
 }
 
 // markSQL reads the oldest running transaction id of the current snapshot
-// and the relation now under the configured name ($1, a quoted identifier):
-// its oid and its partitions', or "" when there is none. txid_snapshot_xmin
-// and txid_current_snapshot exist in every supported PostgreSQL
-// (pg_snapshot_xmin is their newer name from 13 on).
+// and the relation now under the configured name (%s, a quoted identifier
+// as a literal; see markSQLFor): its oid and its partitions', or "" when
+// there is none. txid_snapshot_xmin and txid_current_snapshot exist in
+// every supported PostgreSQL (pg_snapshot_xmin is their newer name from 13
+// on).
 const markSQL = `SELECT txid_snapshot_xmin(txid_current_snapshot()), coalesce((SELECT r.oid::oid::text || coalesce((SELECT ',' || string_agg(p.relid::oid::text, ',' ORDER BY p.relid::oid)
-		FROM pg_catalog.pg_partition_tree(r.oid) p), '') FROM (SELECT pg_catalog.to_regclass($1) AS oid) r WHERE r.oid IS NOT NULL), '')`
+		FROM pg_catalog.pg_partition_tree(r.oid) p), '') FROM (SELECT pg_catalog.to_regclass(%s) AS oid) r WHERE r.oid IS NOT NULL), '')`
+
+// markSQLFor is markSQL for the table named ident. The name is a literal,
+// not a parameter, so that each session plans the statement once, as
+// signatureSQL.
+func markSQLFor(ident string) string { return fmt.Sprintf(markSQL, quoteLiteral(ident)) }
 
 // Mark returns the token of a pass about to start, or "" for a view or a
 // foreign table (no row versions to compare).
@@ -90,7 +96,7 @@ func (s *Source) Mark(ctx context.Context) (string, error) {
 	}
 	var x int64
 	var rel string
-	if err := s.pool.QueryRow(ctx, markSQL, sh.tbl.ident).Scan(&x, &rel); err != nil {
+	if err := s.pool.QueryRow(ctx, markSQLFor(sh.tbl.ident)).Scan(&x, &rel); err != nil {
 		return "", fmt.Errorf("read the oldest running transaction: %w", err)
 	}
 	return formatMark(x, rel), nil

@@ -172,3 +172,68 @@ func TestPagesThatMustSortAreNotCompiled(t *testing.T) {
 		t.Errorf("a page that must sort is JIT-compiled: %s", raw)
 	}
 }
+
+// TestPassStartStatementsArePlannedOnce: the catalog statements every pass
+// begins with (the shape's signature; the mark, alone or as a view opens)
+// name no parameter, so each session plans them once. With parameters,
+// the sessions' plan_cache_mode (force_custom_plan, for the pages) had
+// PostgreSQL plan them at every pass: in the notify benchmark the
+// signature's plan took 1.2 ms of the server's time per pass, several times
+// its execution, tens of times a second.
+func TestPassStartStatementsArePlannedOnce(t *testing.T) {
+	db := harness.NewDB(t)
+	ctx := context.Background()
+	// A name that needs quoting both as an identifier and as a literal.
+	table := `it's "t"`
+	db.Exec(t, "CREATE TABLE "+pgx.Identifier{table}.Sanitize()+" (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)")
+	// One connection, so that every statement runs in the session the
+	// test then asks.
+	s, err := New(ctx, Config{DSN: db.URL + "&pool_max_conns=1", Schema: db.Schema, Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const passes = 7
+	var marks []string
+	for range passes {
+		if ch, err := s.Reshape(ctx); err != nil || ch != nil {
+			t.Fatalf("reshape of an unchanged table: %v, %v", ch, err)
+		}
+		m, err := s.Mark(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := s.OpenView(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		marks = append(marks, m, v.Mark())
+		if err := v.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, m := range marks {
+		if _, rel, err := parseMark(m); err != nil || len(rel.oids) != 1 {
+			t.Fatalf("mark %q names no relation (%v): the statement lost the table's name", m, err)
+		}
+	}
+	stmts := map[string]string{"signature": signatureSQLFor(s.cfg), "mark": markSQLFor(s.shape().tbl.ident)}
+	type plans struct{ generic, custom int64 }
+	got := map[string]plans{}
+	for name, sql := range stmts {
+		var p plans
+		err := s.pool.QueryRow(ctx, `SELECT coalesce(sum(generic_plans), 0), coalesce(sum(custom_plans), 0)
+			FROM pg_catalog.pg_prepared_statements WHERE statement = $1`, sql).Scan(&p.generic, &p.custom)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[name] = p
+	}
+	for _, name := range []string{"signature", "mark"} {
+		p := got[name]
+		if p.custom > 0 || p.generic == 0 {
+			t.Errorf("the %s statement over %d passes: %d custom plans, %d runs of a generic plan; want none custom, every run generic (planned once)",
+				name, passes, p.custom, p.generic)
+		}
+	}
+}

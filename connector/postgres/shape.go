@@ -27,7 +27,10 @@ type shape struct {
 func (s *Source) shape() *shape { return s.sh.Load() }
 
 // signatureSQL is the cheap check made at the start of every pass: one
-// catalog row for the table. NOT NULL and the unique indexes are in it
+// catalog row for the table, named by the two literals signatureSQLFor
+// puts in place of %s (no parameters, so that each session plans it once:
+// its plan costs several times its run, and the sessions' plan_cache_mode
+// plans every call of a statement with parameters). NOT NULL and the unique indexes are in it
 // because the requirements depend on them: an updated_at made nullable
 // (incremental pages never return a NULL one) or an id no longer unique
 // (ties would no longer be ordered totally) must be seen, not just a
@@ -37,12 +40,17 @@ const signatureSQL = `SELECT c.oid::text || '|' || coalesce(string_agg(a.attnum 
 			FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND i.indisunique), '')
 	FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 	LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
-	WHERE n.nspname = $1 AND c.relname = $2
+	WHERE n.nspname = %s AND c.relname = %s
 	GROUP BY c.oid`
+
+// signatureSQLFor is signatureSQL for the configured table.
+func signatureSQLFor(cfg Config) string {
+	return fmt.Sprintf(signatureSQL, quoteLiteral(cfg.Schema), quoteLiteral(cfg.Table))
+}
 
 func signature(ctx context.Context, q querier, cfg Config) (string, error) {
 	var sig string
-	err := q.QueryRow(ctx, signatureSQL, cfg.Schema, cfg.Table).Scan(&sig)
+	err := q.QueryRow(ctx, signatureSQLFor(cfg)).Scan(&sig)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", nil // gone: inspect says so
 	}

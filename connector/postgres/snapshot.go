@@ -107,12 +107,13 @@ func (s *Source) SnapshotSessions(ctx context.Context, n int) (connector.Snapsho
 	// start, slightly before it, which errs on the safe side for W. The
 	// snapshot's oldest running transaction is the view's mark: every
 	// version it shows that was written below it is settled.
-	q := "SELECT now(), " + markSQL[len("SELECT "):] + ", ''"
+	mark := markSQLFor(s.shape().tbl.ident)[len("SELECT "):]
+	q := "SELECT now(), " + mark + ", ''"
 	if n > 1 {
-		q = "SELECT now(), " + markSQL[len("SELECT "):] + ", pg_catalog.pg_export_snapshot()"
+		q = "SELECT now(), " + mark + ", pg_catalog.pg_export_snapshot()"
 	}
 	var rel string
-	if err := first.tx.QueryRow(ctx, q, s.shape().tbl.ident).Scan(&start, &xmin, &rel, &exported); err != nil {
+	if err := first.tx.QueryRow(ctx, q).Scan(&start, &xmin, &rel, &exported); err != nil {
 		return fail(fmt.Errorf("snapshot: read start time: %w", err))
 	}
 	for range n - 1 {
