@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -293,6 +295,21 @@ func (b *bench) latencyRunSpec(ctx context.Context, table string, spec latencySp
 		}
 	}
 	res.seen = len(lat)
+	if path := os.Getenv("BENCH_LATENCY_DUMP"); path != "" {
+		// One line per write, for looking at when the slow ones happened:
+		// commit time (Unix ns), commit -> visible (ns, -1 when never seen).
+		var sb strings.Builder
+		for _, w := range tr.writes {
+			d := int64(-1)
+			if !w.visible.IsZero() {
+				d = int64(max(w.visible.Sub(w.committed), 0))
+			}
+			fmt.Fprintf(&sb, "%d %d\n", w.committed.UnixNano(), d)
+		}
+		if err := os.WriteFile(path, []byte(sb.String()), 0o644); err != nil {
+			return res, err
+		}
+	}
 	if len(lat) == 0 {
 		return res, fmt.Errorf("no update became visible (log %s):\n%s", r.log, tail(r.log, 20))
 	}

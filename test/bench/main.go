@@ -50,6 +50,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -131,10 +132,24 @@ func run() int {
 	flag.BoolVar(&o.noTasks, "no-tasks", false, "skip the task-mode scenario")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configs, logs, profiles)")
 	flag.DurationVar(&o.deadline, "deadline", 30*time.Minute, "hard limit for the whole run")
+	selfProfile := flag.String("self-profile", "", "write the bench process's own CPU profile to this file (to see what the load generator and the consumer cost)")
 	serve := flag.Bool("serve-broker", false, "be the bench's broker process: serve a kfake broker, print its address, stop when standard input closes (the bench runs itself so)")
 	flag.Parse()
 	if *serve {
 		return serveBroker()
+	}
+	if *selfProfile != "" {
+		f, err := os.Create(*selfProfile)
+		if err != nil {
+			log.Print(err)
+			return 2
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Print(err)
+			return 2
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if o.rows < 10_000 {
 		log.Printf("-rows %d: need at least 10000", o.rows)
