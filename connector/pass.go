@@ -16,10 +16,7 @@ import (
 // finished.
 func (e *Engine) pass(ctx context.Context) error {
 	src := e.src
-	if err := e.reshape(ctx); err != nil {
-		return err
-	}
-	now, err := e.sourceNow(ctx)
+	now, err := e.reshapeNow(ctx)
 	if err != nil {
 		return err
 	}
@@ -952,6 +949,28 @@ func (e *Engine) reshape(ctx context.Context) error {
 		return nil
 	}
 	ch, err := rs.Reshape(ctx)
+	return e.reshaped(ch, err)
+}
+
+// reshapeNow is reshape, then the source's clock (sourceNow): in one round
+// trip when the source is a ClockedReshaper.
+func (e *Engine) reshapeNow(ctx context.Context) (time.Time, error) {
+	cr, ok := e.src.(ClockedReshaper)
+	if !ok {
+		if err := e.reshape(ctx); err != nil {
+			return time.Time{}, err
+		}
+		return e.sourceNow(ctx)
+	}
+	ch, now, err := cr.ReshapeNow(ctx)
+	if err := e.reshaped(ch, err); err != nil {
+		return time.Time{}, err
+	}
+	return now, nil
+}
+
+// reshaped handles what Reshape returned.
+func (e *Engine) reshaped(ch *ShapeChange, err error) error {
 	if err != nil {
 		if Fatal(err) {
 			return err

@@ -204,6 +204,18 @@ type Reshaper interface {
 	Reshape(ctx context.Context) (*ShapeChange, error)
 }
 
+// ClockedReshaper is a Reshaper and a Clock that reads its clock in the
+// round trip that reads its shape: a pass begins with both, one after the
+// other, and each round trip it waits for delays every change it carries
+// (docs/design.md, "A pass reads one snapshot"). The engine then calls
+// ReshapeNow in place of Reshape and Now. Discovered by type assertion.
+type ClockedReshaper interface {
+	Reshaper
+	Clock
+	// ReshapeNow is Reshape, and Now read in the same round trip.
+	ReshapeNow(ctx context.Context) (*ShapeChange, time.Time, error)
+}
+
 // KeyRange is a part of a source's key space, in the source's key order:
 // ids above Lo (exclusive; "" = from the first) up to Hi (inclusive; "" =
 // to the last). Lo and Hi are ids as the source writes them.

@@ -362,6 +362,45 @@ func TestReshapeIgnoresHarmlessChanges(t *testing.T) {
 	}
 }
 
+// TestReshapeNowReadsShapeAndClock: ReshapeNow, which begins every pass,
+// is Reshape and Now in one statement: it sees what Reshape sees, and its
+// time is the server's clock when it ran.
+func TestReshapeNowReadsShapeAndClock(t *testing.T) {
+	db := harness.NewDB(t)
+	db.Exec(t, "CREATE TABLE t (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL, v text)")
+	src := open(t, config(db, "t"))
+	ctx := context.Background()
+	now := func() time.Time {
+		t.Helper()
+		n, err := src.Now(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := now()
+	c, at, err := src.ReshapeNow(ctx)
+	after := now()
+	if err != nil || c != nil {
+		t.Fatalf("an unchanged table: ReshapeNow = %+v, %v", c, err)
+	}
+	if at.Before(before) || at.After(after) || at.Location() != time.UTC {
+		t.Errorf("ReshapeNow's clock %v is not the server's between %v and %v (in UTC)", at, before, after)
+	}
+	db.Exec(t, "ALTER TABLE t ADD COLUMN w int")
+	if c, _, err := src.ReshapeNow(ctx); err != nil || c == nil || len(c.Added) != 1 || c.Added[0] != "w" {
+		t.Errorf("an added column: ReshapeNow = %+v, %v", c, err)
+	}
+	if c, _, err := src.ReshapeNow(ctx); err != nil || c != nil {
+		t.Errorf("after the change: ReshapeNow = %+v, %v; want no change", c, err)
+	}
+	db.Exec(t, "DROP TABLE t")
+	var stop *connector.StopError
+	if _, _, err := src.ReshapeNow(ctx); !errors.As(err, &stop) {
+		t.Errorf("the table dropped: ReshapeNow = %v; want a safety stop", err)
+	}
+}
+
 // TestTypeChangeDuringAPass: a column retyped between two pages of a pass
 // must not be encoded by its old type (a number kind would paste text as
 // is, an invalid JSON value). The page fails instead, and the next pass,

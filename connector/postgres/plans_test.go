@@ -199,6 +199,9 @@ func TestPassStartStatementsArePlannedOnce(t *testing.T) {
 		if ch, err := s.Reshape(ctx); err != nil || ch != nil {
 			t.Fatalf("reshape of an unchanged table: %v, %v", ch, err)
 		}
+		if ch, _, err := s.ReshapeNow(ctx); err != nil || ch != nil {
+			t.Fatalf("reshape (with the clock) of an unchanged table: %v, %v", ch, err)
+		}
 		m, err := s.Mark(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -217,7 +220,7 @@ func TestPassStartStatementsArePlannedOnce(t *testing.T) {
 			t.Fatalf("mark %q names no relation (%v): the statement lost the table's name", m, err)
 		}
 	}
-	stmts := map[string]string{"signature": signatureSQLFor(s.cfg), "mark": markSQLFor(s.shape().tbl.ident)}
+	stmts := map[string]string{"signature": signatureSQLFor(s.cfg), "signature and clock": reshapeNowSQLFor(s.cfg), "mark": markSQLFor(s.shape().tbl.ident)}
 	type plans struct{ generic, custom int64 }
 	got := map[string]plans{}
 	for name, sql := range stmts {
@@ -229,7 +232,7 @@ func TestPassStartStatementsArePlannedOnce(t *testing.T) {
 		}
 		got[name] = p
 	}
-	for _, name := range []string{"signature", "mark"} {
+	for _, name := range []string{"signature", "signature and clock", "mark"} {
 		p := got[name]
 		if p.custom > 0 || p.generic == 0 {
 			t.Errorf("the %s statement over %d passes: %d custom plans, %d runs of a generic plan; want none custom, every run generic (planned once)",

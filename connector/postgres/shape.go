@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tidemark/tidemark/connector"
 )
 
-var _ connector.Reshaper = (*Source)(nil)
+var _ connector.ClockedReshaper = (*Source)(nil)
 
 // shape is the table as the page queries were built for it.
 type shape struct {
@@ -105,12 +106,39 @@ func mergeChanges(a, b *connector.ShapeChange) *connector.ShapeChange {
 	}
 }
 
+// reshapeNowSQLFor is the statement of ReshapeNow: the signature ("" for
+// no table) and the clock.
+func reshapeNowSQLFor(cfg Config) string {
+	return "SELECT coalesce((" + signatureSQLFor(cfg) + "), ''), clock_timestamp()"
+}
+
+// ReshapeNow is Reshape and Now in one round trip: the signature and the
+// clock are one statement.
+func (s *Source) ReshapeNow(ctx context.Context) (*connector.ShapeChange, time.Time, error) {
+	var sig string
+	var now time.Time
+	if err := s.pool.QueryRow(ctx, reshapeNowSQLFor(s.cfg)).Scan(&sig, &now); err != nil {
+		return nil, time.Time{}, fmt.Errorf("read the shape of %s and the database clock: %w", quote(s.cfg.Schema, s.cfg.Table), err)
+	}
+	ch, err := s.reshapeTo(ctx, sig)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	return mergeChanges(s.pending.Swap(nil), ch), now.UTC(), nil
+}
+
 func (s *Source) reshape(ctx context.Context) (*connector.ShapeChange, error) {
-	old := s.shape()
 	sig, err := signature(ctx, s.pool, s.cfg)
 	if err != nil {
 		return nil, err
 	}
+	return s.reshapeTo(ctx, sig)
+}
+
+// reshapeTo switches to the shape whose signature is sig, if it is not
+// the one the page queries were built for.
+func (s *Source) reshapeTo(ctx context.Context, sig string) (*connector.ShapeChange, error) {
+	old := s.shape()
 	if sig == old.sig {
 		return nil, nil
 	}
