@@ -100,7 +100,9 @@ type Config struct {
 	// instead of waiting out the poll interval (a change notification from
 	// the source). Polling stays: a wake-up that is lost costs at most one
 	// poll interval. Wake-ups that arrive during a pass start one more pass
-	// after it; MinPassGap spaces passes started by wake-ups (default 0).
+	// after it. MinPassGap is the least time from the start of a pass to
+	// the start of the next when a wake-up starts it (default 0): a pass
+	// that took that long is followed at once.
 	Wake       <-chan struct{}
 	MinPassGap time.Duration
 	// HeadLookback is how far below the watermark a head pass reads, so
@@ -247,11 +249,12 @@ type Engine struct {
 	// forceHead makes the next pass a head pass: one run between two
 	// pages of a full pass. fullHeads counts the head passes that ended
 	// during the open full pass (docs/design.md, "Head passes during a
-	// full pass"). passEnded is when the last pass ended, for MinPassGap.
-	forceHead bool
-	nestOpen  bool // the open full pass may run head passes between its pages
-	fullHeads int
-	passEnded time.Time
+	// full pass"). passStarted is when the last pass started, for
+	// MinPassGap.
+	forceHead   bool
+	nestOpen    bool // the open full pass may run head passes between its pages
+	fullHeads   int
+	passStarted time.Time
 	// headEnded is set by the end of a head pass for the commit that
 	// follows (CommitInfo.HeadPass).
 	headEnded bool
@@ -773,13 +776,12 @@ func (e *Engine) pollDelay() time.Duration {
 }
 
 // idle waits between two passes: the poll interval, or less when Wake
-// receives (then at least MinPassGap after the last pass ended). It
+// receives (then at least MinPassGap after the last pass started). It
 // reports false when ctx ended.
 func (e *Engine) idle(ctx context.Context) bool {
 	if e.cfg.Wake == nil {
 		return e.sleep(ctx, e.pollDelay())
 	}
-	ended := time.Now()
 	d := e.pollDelay()
 	if e.cp.HeadsSinceFull && !e.fullAt.IsZero() {
 		// Head passes ran since the last full pass: the next full pass
@@ -796,7 +798,7 @@ func (e *Engine) idle(ctx context.Context) bool {
 		return true
 	case <-e.cfg.Wake:
 		e.woke = true
-		if gap := e.cfg.MinPassGap - time.Since(ended); gap > 0 {
+		if gap := e.cfg.MinPassGap - time.Since(e.passStarted); gap > 0 {
 			return e.sleep(ctx, gap)
 		}
 		return true

@@ -15,6 +15,7 @@ import (
 // pass is committed, or when ctx is cancelled after the open transaction was
 // finished.
 func (e *Engine) pass(ctx context.Context) error {
+	e.passStarted = time.Now()
 	src := e.src
 	now, err := e.reshapeNow(ctx)
 	if err != nil {
@@ -432,7 +433,7 @@ func (w *windows) advance()   { w.i++ }
 // wakePending takes a wake-up that has arrived, if MinPassGap allows a
 // pass now.
 func (e *Engine) wakePending() bool {
-	if e.cfg.MinPassGap > 0 && time.Since(e.passEnded) < e.cfg.MinPassGap {
+	if e.cfg.MinPassGap > 0 && time.Since(e.passStarted) < e.cfg.MinPassGap {
 		return false
 	}
 	select {
@@ -743,7 +744,6 @@ func (e *Engine) endPass(ctx context.Context) error {
 	e.cp.PassHead = false
 	e.cp.SeenMark, e.cp.PassMark = e.cp.PassMark, ""
 	e.cp.Counters.Passes++
-	e.passEnded = time.Now()
 	// A pass that published nothing and moved nothing commits nothing: an
 	// unchanged table costs no transaction. The committed checkpoint
 	// already says "idle at W", unless the pass was resumed.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -305,4 +306,102 @@ func (l *requestLog) Page(ctx context.Context, req connector.PageRequest) (conne
 	l.reqs = append(l.reqs, req)
 	l.mu.Unlock()
 	return l.memTable.Page(ctx, req)
+}
+
+// passStarts is a memTable that records when each pass began (its first
+// page: no cursor) and can make every pass take a while.
+type passStarts struct {
+	*memTable
+	mu     sync.Mutex
+	starts []time.Time
+	slow   time.Duration
+}
+
+func (p *passStarts) Page(ctx context.Context, req connector.PageRequest) (connector.Page, error) {
+	if req.Cursor == "" {
+		p.mu.Lock()
+		p.starts = append(p.starts, time.Now())
+		slow := p.slow
+		p.mu.Unlock()
+		time.Sleep(slow)
+	}
+	return p.memTable.Page(ctx, req)
+}
+
+// gaps waits for n more passes to start, then returns the times between
+// the starts of those passes.
+func (p *passStarts) gaps(t *testing.T, n int, slow time.Duration) []time.Duration {
+	t.Helper()
+	p.mu.Lock()
+	p.slow = slow
+	from := len(p.starts) + 1 // the pass in flight may have begun before slow
+	p.mu.Unlock()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		p.mu.Lock()
+		if len(p.starts) >= from+n+1 {
+			var out []time.Duration
+			for i := from + 1; i <= from+n; i++ {
+				out = append(out, p.starts[i].Sub(p.starts[i-1]))
+			}
+			p.mu.Unlock()
+			return out
+		}
+		p.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatalf("%d passes did not start within 20s of wake-ups", n)
+		}
+	}
+}
+
+// TestMinPassGapSpacesPassStarts: under a steady stream of wake-ups, passes
+// start at most once per MinPassGap, and a pass longer than that is followed
+// by the next at once: the gap is between the starts of two passes, so it
+// never adds to a pass that already took that long (waiting it out after
+// every pass's end added it to every change's latency at high rates).
+func TestMinPassGapSpacesPassStarts(t *testing.T) {
+	r := newRig(t)
+	m := newMemTable()
+	m.set("a", t0, "v1", false)
+	src := &passStarts{memTable: m}
+	wake := make(chan struct{}, 1)
+	const gap = 100 * time.Millisecond
+	e, _ := r.engine(src, connector.Config{PollInterval: time.Hour, Wake: wake, MinPassGap: gap})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := e.Run(ctx, connector.Continuous); done <- err }()
+	go func() {
+		for ctx.Err() == nil {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	median := func(ds []time.Duration) time.Duration {
+		ds = slices.Clone(ds)
+		slices.Sort(ds)
+		return ds[len(ds)/2]
+	}
+	// Quick passes: one per gap, never sooner. (The first page of a pass
+	// is read a moment after the pass began, which varies by a few
+	// milliseconds: hence the tolerance.)
+	quick := src.gaps(t, 6, 0)
+	for _, d := range quick {
+		if d < gap-10*time.Millisecond {
+			t.Errorf("passes started %s apart under wake-ups, below MinPassGap %s: %v", d, gap, quick)
+			break
+		}
+	}
+	// Passes that take longer than the gap: back to back.
+	const slow = 150 * time.Millisecond
+	long := src.gaps(t, 6, slow)
+	if d := median(long); d > slow+gap/2 {
+		t.Errorf("passes of %s started a median %s apart (%v): the gap of %s was added after each pass's end", slow, d, long, gap)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }

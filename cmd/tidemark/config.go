@@ -123,9 +123,10 @@ type SourceConfig struct {
 	// install (notify.go; docs/operating.md, "Change notifications").
 	// Default "" (off). Postgres only.
 	Notify string `yaml:"notify"`
-	// NotifyMinGap is the least time between the end of a pass and a pass
-	// started by a notification: under a steady stream of writes, passes
-	// come at most this often. Default 20ms. Postgres only.
+	// NotifyMinGap is the least time between the start of a pass and the
+	// start of a pass a notification starts: under a steady stream of
+	// writes, passes come at most this often, and back to back when they
+	// take longer. Default 20ms. Postgres only.
 	NotifyMinGap Duration `yaml:"notify_min_gap"`
 	// NotifyLookback is how far below the watermark a pass started by a
 	// notification (a head pass) reads, so that a row whose transaction

@@ -92,7 +92,7 @@ func (r *results) renderNotify(b *strings.Builder) {
 		return
 	}
 	fmt.Fprintf(b, "## Incremental latency with source.notify\n\n")
-	fmt.Fprintf(b, "The latency run above, with the statement-level trigger that `tidemark check --print-notify-sql` prints installed on the table and `tidemark run --source.notify %s` (a connection of its own LISTENs; a notification starts a pass at once, at least source.notify_min_gap 20ms after the last one ended; poll_interval stays 1s). "+
+	fmt.Fprintf(b, "The latency run above, with the statement-level trigger that `tidemark check --print-notify-sql` prints installed on the table and `tidemark run --source.notify %s` (a connection of its own LISTENs; a notification starts a pass at once, at least source.notify_min_gap 20ms after the last one started; poll_interval stays 1s). "+
 		"Every UPDATE commits on its own, so every update is a notification. A run uses one writer connection per %d updates/s asked (at least one; the writers column). "+
 		"Passes that notifications start within a poll interval of the end of the last full pass are head passes, which read from the watermark less source.notify_lookback (100ms by default); the full pass after them reads the margin's index range, in 16 windows of updated_at with head passes between its pages, and leaves out what they read (docs/design.md, \"Head passes\" and \"Head passes during a full pass\"). "+
 		"Kafka transactions and records are the checkpoint's counters from the first update until tidemark stopped; per second over the time from the first update until the last one was visible.\n\n", notifyChannel, writerRate)
