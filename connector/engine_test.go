@@ -97,6 +97,15 @@ func (m *memTable) Page(ctx context.Context, req connector.PageRequest) (connect
 		if !req.Since.IsZero() && r.ts.Before(req.Since) {
 			continue
 		}
+		// A window of a full pass (only for a source that is a
+		// connector.Windower): its first page reads from From, and
+		// every page below Before.
+		if req.Cursor == "" && !req.From.IsZero() && r.ts.Before(req.From) {
+			continue
+		}
+		if !req.Before.IsZero() && !r.ts.Before(req.Before) {
+			continue
+		}
 		if after != nil && cmpKey(k, *after) <= 0 {
 			continue
 		}

@@ -214,7 +214,7 @@ func (e *Engine) pass(ctx context.Context) error {
 	var win windows
 	nest := fresh && e.cfg.Wake != nil && e.cp.Phase == schemas.PhasePass && !e.cp.PassHead && !since.IsZero()
 	if w, ok := src.(Windower); nest && ok && w.Windows() {
-		win = newWindows(since, e.clockAt)
+		win = newWindows(since, e.clockAt, windowCount(e.b.Len()))
 	}
 	nest = nest && win.n > 0
 	if !e.cp.PassHead {
@@ -386,29 +386,41 @@ func (e *Engine) pass(ctx context.Context) error {
 // stopped answering): the view's connection is dropped then.
 const viewCloseTimeout = 10 * time.Second
 
-// fullWindows is the number of windows of updated_at a full pass that
-// head passes may interrupt is cut into; minWindow is the narrowest.
+// A full pass that head passes may interrupt is cut into windows of
+// updated_at (docs/design.md, "Head passes during a full pass"): one per
+// windowRows entries of the dedupe set (the rows published within the
+// margin, about the rows the pass reads), at least minWindows and at most
+// maxWindows. minWindow is the narrowest window.
 const (
-	fullWindows = 16
-	minWindow   = time.Millisecond
+	minWindows = 16
+	maxWindows = 256
+	windowRows = 2000
+	minWindow  = time.Millisecond
 )
 
+// windowCount is the number of windows of a full pass whose range holds
+// about rows rows.
+func windowCount(rows int) int {
+	return min(max(minWindows, (rows+windowRows-1)/windowRows), maxWindows)
+}
+
 // windows cuts [lo, hi) into n windows of equal width, the last one open
-// above (docs/design.md, "Head passes during a full pass"). The zero value
-// is one open window: no bounds.
+// above (docs/design.md, "Head passes during a full pass"), or fewer when
+// they would be narrower than minWindow. The zero value is one open
+// window: no bounds.
 type windows struct {
 	lo    time.Time
 	width time.Duration
 	n, i  int
 }
 
-func newWindows(lo, hi time.Time) windows {
-	w := hi.Sub(lo) / fullWindows
-	w = w.Truncate(time.Microsecond)
-	if w < minWindow {
+func newWindows(lo, hi time.Time, n int) windows {
+	if hi.Sub(lo) < minWindows*minWindow {
 		return windows{}
 	}
-	return windows{lo: lo.Truncate(time.Microsecond), width: w, n: fullWindows}
+	n = min(n, int(hi.Sub(lo)/minWindow))
+	w := (hi.Sub(lo) / time.Duration(n)).Truncate(time.Microsecond)
+	return windows{lo: lo.Truncate(time.Microsecond), width: w, n: n}
 }
 
 // from is the open window's lower bound (zero for the first).

@@ -405,3 +405,81 @@ func TestMinPassGapSpacesPassStarts(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// windowedTable is a memTable that bounds pages to windows
+// (connector.Windower) and records the page requests.
+type windowedTable struct {
+	*memTable
+	mu   sync.Mutex
+	reqs []connector.PageRequest
+}
+
+func (w *windowedTable) Windows() bool { return true }
+
+func (w *windowedTable) Page(ctx context.Context, req connector.PageRequest) (connector.Page, error) {
+	w.mu.Lock()
+	w.reqs = append(w.reqs, req)
+	w.mu.Unlock()
+	return w.memTable.Page(ctx, req)
+}
+
+// TestFullPassWindowsScaleWithItsRows: a full pass that head passes may
+// interrupt is cut into more windows the more rows its range holds (one
+// per 2,000 entries of the dedupe set, at least 16), so that no window's
+// statement, during which no head pass can run, reads much more than
+// 2,000 rows; and the windows together read every row once.
+func TestFullPassWindowsScaleWithItsRows(t *testing.T) {
+	r := newRig(t)
+	m := newMemTable()
+	const rows = 40_000
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	for i := range rows {
+		m.set(fmt.Sprintf("k%05d", i), now.Add(-30*time.Second+time.Duration(i)*time.Millisecond/2), "v1", false)
+	}
+	src := &windowedTable{memTable: m}
+	wake := make(chan struct{}, 1)
+	e, _ := r.engine(src, connector.Config{PollInterval: 200 * time.Millisecond, Margin: time.Minute, PageSize: 1000, Wake: wake})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := e.Run(ctx, connector.Continuous); done <- err }()
+	// The first pass (no watermark: not windowed) publishes the rows;
+	// the poll then starts full passes from W - margin, in windows.
+	var windows map[time.Time]bool
+	for deadline := time.Now().Add(30 * time.Second); windows == nil; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			src.mu.Lock()
+			t.Fatalf("no full pass was read in windows within 30s: %d page requests", len(src.reqs))
+		}
+		// The windows of a full pass that ended: its requests share
+		// its lower bound; its last window is open above (Before
+		// zero) and starts at a From.
+		src.mu.Lock()
+		byPass := map[time.Time]map[time.Time]bool{}
+		for _, req := range src.reqs {
+			if req.Since.IsZero() {
+				continue
+			}
+			if byPass[req.Since] == nil {
+				byPass[req.Since] = map[time.Time]bool{}
+			}
+			byPass[req.Since][req.From] = true
+			if req.Before.IsZero() && !req.From.IsZero() {
+				windows = byPass[req.Since]
+				break
+			}
+		}
+		src.mu.Unlock()
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := len(windows); n < rows/2000 {
+		t.Errorf("a full pass over %d rows was read in %d windows; want at least %d (one per 2,000 rows)", rows, n, rows/2000)
+	}
+	r.assertFolded(m.expected())
+	if d := dupes(r.assertFolded(m.expected())); len(d) > 0 {
+		t.Errorf("published twice: %v", d)
+	}
+}
