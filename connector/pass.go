@@ -21,7 +21,11 @@ func (e *Engine) pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e.clockAt, e.clockThen = now, time.Now()
+	// The clock was read during reshapeNow, which may also inspect a
+	// changed shape, and that takes a while: the host's time before the
+	// call errs on the side of a later server clock, so that no row is
+	// taken for future-dated because of it.
+	e.clockAt, e.clockThen = now, e.passStarted
 	e.future, e.futureID = 0, ""
 	head := e.headNext()
 	if e.cp.Phase == schemas.PhaseLoad || e.cp.Phase == schemas.PhaseIdle && e.cp.Watermark == "" && e.keyOrdered() {
@@ -418,7 +422,9 @@ func newWindows(lo, hi time.Time, n int) windows {
 	if hi.Sub(lo) < minWindows*minWindow {
 		return windows{}
 	}
-	n = min(n, int(hi.Sub(lo)/minWindow))
+	if most := hi.Sub(lo) / minWindow; time.Duration(n) > most {
+		n = int(most)
+	}
 	w := (hi.Sub(lo) / time.Duration(n)).Truncate(time.Microsecond)
 	return windows{lo: lo.Truncate(time.Microsecond), width: w, n: n}
 }
@@ -479,6 +485,11 @@ func (e *Engine) headBetween(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The next head pass may start MinPassGap after this one ended, not
+	// after it started: the full pass reads for at least that long
+	// between two head passes, instead of a page per head pass once head
+	// passes take the gap.
+	e.passStarted = time.Now()
 	cp.Phase, cp.PassHead = saved.phase, false
 	cp.PassLow, cp.PassMax, cp.PassHorizon, cp.PassMark, cp.Cursor = saved.low, saved.max, saved.horizon, saved.mark, saved.cursor
 	e.clockAt, e.clockThen, e.future, e.futureID = saved.clockAt, saved.clockThen, saved.future, saved.futureID

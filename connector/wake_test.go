@@ -389,15 +389,17 @@ func TestMinPassGapSpacesPassStarts(t *testing.T) {
 	// milliseconds: hence the tolerance.)
 	quick := src.gaps(t, 6, 0)
 	for _, d := range quick {
-		if d < gap-10*time.Millisecond {
+		if d < gap-20*time.Millisecond {
 			t.Errorf("passes started %s apart under wake-ups, below MinPassGap %s: %v", d, gap, quick)
 			break
 		}
 	}
-	// Passes that take longer than the gap: back to back.
-	const slow = 150 * time.Millisecond
+	// Passes that take longer than the gap: back to back (a pass's
+	// commit and the rest take some milliseconds besides the slow page;
+	// counted from the end, the gap would make it 300 ms and more).
+	const slow = 200 * time.Millisecond
 	long := src.gaps(t, 6, slow)
-	if d := median(long); d > slow+gap/2 {
+	if d := median(long); d > slow+gap*7/10 {
 		t.Errorf("passes of %s started a median %s apart (%v): the gap of %s was added after each pass's end", slow, d, long, gap)
 	}
 	cancel()
@@ -478,8 +480,90 @@ func TestFullPassWindowsScaleWithItsRows(t *testing.T) {
 	if n := len(windows); n < rows/2000 {
 		t.Errorf("a full pass over %d rows was read in %d windows; want at least %d (one per 2,000 rows)", rows, n, rows/2000)
 	}
-	r.assertFolded(m.expected())
 	if d := dupes(r.assertFolded(m.expected())); len(d) > 0 {
 		t.Errorf("published twice: %v", d)
+	}
+}
+
+// slowWindowedTable is a windowedTable whose every page takes a while.
+type slowWindowedTable struct {
+	*windowedTable
+	slow atomic.Int64 // a time.Duration
+}
+
+func (s *slowWindowedTable) Page(ctx context.Context, req connector.PageRequest) (connector.Page, error) {
+	time.Sleep(time.Duration(s.slow.Load()))
+	return s.windowedTable.Page(ctx, req)
+}
+
+// TestFullPassReadsBetweenHeadPasses: under a steady stream of wake-ups, a
+// full pass that head passes interrupt still reads for MinPassGap between
+// two of them, counted from the end of the head pass: counted from its
+// start, a head pass that took the gap was followed by the next after one
+// page of the full pass, which then took a head pass per page to end (and
+// the dedupe set held the margin's rows all the while).
+func TestFullPassReadsBetweenHeadPasses(t *testing.T) {
+	r := newRig(t)
+	m := newMemTable()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	for i := range 2000 {
+		m.set(fmt.Sprintf("k%05d", i), now.Add(-30*time.Second+time.Duration(i)*10*time.Millisecond), "v1", false)
+	}
+	const page, gap = 30 * time.Millisecond, 50 * time.Millisecond
+	src := &slowWindowedTable{windowedTable: &windowedTable{memTable: m}}
+	wake := make(chan struct{}, 1)
+	e, _ := r.engine(src, connector.Config{PollInterval: 200 * time.Millisecond, Margin: time.Minute, PageSize: 1000, Wake: wake, MinPassGap: gap})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := e.Run(ctx, connector.Continuous); done <- err }()
+	waitSeq(t, r, 1) // the first pass, not windowed, published the rows
+	src.slow.Store(int64(page))
+	go func() {
+		for ctx.Err() == nil {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	// Runs of full-pass pages (a window: From or Before set) between two
+	// head passes (no window, Since above the full pass's).
+	var runs []int
+	for deadline := time.Now().Add(30 * time.Second); len(runs) < 8; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("fewer than 8 head passes interrupted full passes within 30s: %v", runs)
+		}
+		src.mu.Lock()
+		runs = runs[:0]
+		n, inFull := 0, false
+		for _, req := range src.reqs {
+			windowed := !req.From.IsZero() || !req.Before.IsZero()
+			switch {
+			case windowed:
+				n++
+				inFull = true
+			case inFull && n > 0:
+				runs = append(runs, n) // a head pass after n full-pass pages
+				n = 0
+			}
+		}
+		src.mu.Unlock()
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// Pages of 30 ms and a gap of 50 ms: two pages between head passes
+	// (the first run may follow the full pass's start instead).
+	ones := 0
+	for _, n := range runs[1:] {
+		if n < 2 {
+			ones++
+		}
+	}
+	if ones > len(runs[1:])/2 {
+		t.Errorf("a full pass read one page between most head passes (pages of %s, MinPassGap %s): runs %v", page, gap, runs)
 	}
 }

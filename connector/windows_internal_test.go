@@ -1,0 +1,63 @@
+package connector
+
+import (
+	"testing"
+	"time"
+)
+
+// TestWindowLayout: the number of windows follows the dedupe set's size
+// within its bounds, no window is narrower than minWindow, and the windows
+// tile the range: each one starts where the one before ends, the first
+// from the pass's own lower bound and the last open above.
+func TestWindowLayout(t *testing.T) {
+	for _, c := range []struct{ rows, want int }{
+		{0, 16}, {32_000, 16}, {32_001, 17}, {77_000, 39}, {512_000, 256}, {10_000_000, 256},
+	} {
+		if got := windowCount(c.rows); got != c.want {
+			t.Errorf("windowCount(%d) = %d; want %d", c.rows, got, c.want)
+		}
+	}
+	lo := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		span time.Duration
+		n    int
+		want int
+	}{
+		{15 * time.Millisecond, 16, 0},   // narrower than 16 windows of minWindow: no windows
+		{16 * time.Millisecond, 16, 16},  // exactly
+		{20 * time.Millisecond, 256, 20}, // as many as minWindow allows
+		{11 * time.Second, 39, 39},
+		{60 * 24 * time.Hour, 256, 256}, // a long outage
+	} {
+		w := newWindows(lo, lo.Add(c.span), c.n)
+		if w.n != c.want {
+			t.Errorf("newWindows(%s, %d): %d windows; want %d", c.span, c.n, w.n, c.want)
+			continue
+		}
+		if w.n == 0 {
+			if !w.from().IsZero() || !w.before().IsZero() || !w.last() {
+				t.Errorf("newWindows(%s, %d): no windows, but bounds %v %v", c.span, c.n, w.from(), w.before())
+			}
+			continue
+		}
+		if w.width < minWindow {
+			t.Errorf("newWindows(%s, %d): windows of %s", c.span, c.n, w.width)
+		}
+		var prev time.Time
+		for i := 0; i < w.n; i++ {
+			from, before := w.from(), w.before()
+			switch {
+			case i == 0 && !from.IsZero():
+				t.Errorf("newWindows(%s, %d): the first window starts at %v, not at the pass's lower bound", c.span, c.n, from)
+			case i > 0 && !from.Equal(prev):
+				t.Errorf("newWindows(%s, %d): window %d starts at %v, the one before ended at %v", c.span, c.n, i, from, prev)
+			case w.last() != (i == w.n-1) || w.last() != before.IsZero():
+				t.Errorf("newWindows(%s, %d): window %d of %d: last %t, upper bound %v", c.span, c.n, i, w.n, w.last(), before)
+			case !before.IsZero() && !before.After(from) && i > 0:
+				t.Errorf("newWindows(%s, %d): window %d is empty: [%v, %v)", c.span, c.n, i, from, before)
+			}
+			prev = before
+			w.advance()
+		}
+	}
+}
