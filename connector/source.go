@@ -207,8 +207,9 @@ type Reshaper interface {
 // ClockedReshaper is a Reshaper and a Clock that reads its clock in the
 // round trip that reads its shape: a pass begins with both, one after the
 // other, and each round trip it waits for delays every change it carries
-// (docs/design.md, "A pass reads one snapshot"). The engine then calls
-// ReshapeNow in place of Reshape and Now. Discovered by type assertion.
+// (the clock is the pass's cap: docs/design.md, "Watermark"). The engine
+// then calls ReshapeNow in place of Reshape and Now. Discovered by type
+// assertion.
 type ClockedReshaper interface {
 	Reshaper
 	Clock

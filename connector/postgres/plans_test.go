@@ -183,8 +183,9 @@ func TestPagesThatMustSortAreNotCompiled(t *testing.T) {
 func TestPassStartStatementsArePlannedOnce(t *testing.T) {
 	db := harness.NewDB(t)
 	ctx := context.Background()
-	// A name that needs quoting both as an identifier and as a literal.
-	table := `it's "t"`
+	// A name that needs quoting both as an identifier and as a literal,
+	// with a backslash (an E'' literal).
+	table := `it's "t" \ u`
 	db.Exec(t, "CREATE TABLE "+pgx.Identifier{table}.Sanitize()+" (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)")
 	// One connection, so that every statement runs in the session the
 	// test then asks.

@@ -298,6 +298,8 @@ func (b *bench) latencyRunSpec(ctx context.Context, table string, spec latencySp
 	if path := os.Getenv("BENCH_LATENCY_DUMP"); path != "" {
 		// One line per write, for looking at when the slow ones happened:
 		// commit time (Unix ns), commit -> visible (ns, -1 when never seen).
+		// One file per rate: FILE.RATE.
+		path = fmt.Sprintf("%s.%d", path, spec.rate)
 		var sb strings.Builder
 		for _, w := range tr.writes {
 			d := int64(-1)
