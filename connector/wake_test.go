@@ -370,15 +370,7 @@ func TestMinPassGapSpacesPassStarts(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { _, err := e.Run(ctx, connector.Continuous); done <- err }()
-	go func() {
-		for ctx.Err() == nil {
-			select {
-			case wake <- struct{}{}:
-			default:
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	}()
+	go keepWaking(ctx, wake)
 	median := func(ds []time.Duration) time.Duration {
 		ds = slices.Clone(ds)
 		slices.Sort(ds)
@@ -519,15 +511,7 @@ func TestFullPassReadsBetweenHeadPasses(t *testing.T) {
 	go func() { _, err := e.Run(ctx, connector.Continuous); done <- err }()
 	waitSeq(t, r, 1) // the first pass, not windowed, published the rows
 	src.slow.Store(int64(page))
-	go func() {
-		for ctx.Err() == nil {
-			select {
-			case wake <- struct{}{}:
-			default:
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	}()
+	go keepWaking(ctx, wake)
 	// Runs of full-pass pages (a window: From or Before set) between two
 	// head passes (no window, Since above the full pass's).
 	var runs []int
@@ -565,5 +549,17 @@ func TestFullPassReadsBetweenHeadPasses(t *testing.T) {
 	}
 	if ones > len(runs[1:])/2 {
 		t.Errorf("a full pass read one page between most head passes (pages of %s, MinPassGap %s): runs %v", page, gap, runs)
+	}
+}
+
+// keepWaking offers wake a wake-up every 2 ms until ctx ends: a steady
+// stream of notifications.
+func keepWaking(ctx context.Context, wake chan<- struct{}) {
+	for ctx.Err() == nil {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+		time.Sleep(2 * time.Millisecond)
 	}
 }
