@@ -96,7 +96,7 @@ func (s *Source) Mark(ctx context.Context) (string, error) {
 	}
 	var x int64
 	var rel string
-	if err := s.pool.QueryRow(ctx, markSQLFor(sh.tbl.ident)).Scan(&x, &rel); err != nil {
+	if err := s.pool.QueryRow(ctx, sh.q.mark).Scan(&x, &rel); err != nil {
 		return "", fmt.Errorf("read the oldest running transaction: %w", err)
 	}
 	return formatMark(x, rel), nil

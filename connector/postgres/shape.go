@@ -31,8 +31,8 @@ func (s *Source) shape() *shape { return s.sh.Load() }
 // catalog row for the table, named by the two literals signatureSQLFor
 // puts in place of %s (no parameters, so that each session plans it once:
 // its plan costs several times its run, and the sessions' plan_cache_mode
-// plans every call of a statement with parameters). NOT NULL and the unique indexes are in it
-// because the requirements depend on them: an updated_at made nullable
+// plans every call of a statement with parameters). NOT NULL and the
+// unique indexes are in it because the requirements depend on them: an updated_at made nullable
 // (incremental pages never return a NULL one) or an id no longer unique
 // (ties would no longer be ordered totally) must be seen, not just a
 // renamed or retyped column.
@@ -49,9 +49,10 @@ func signatureSQLFor(cfg Config) string {
 	return fmt.Sprintf(signatureSQL, quoteLiteral(cfg.Schema), quoteLiteral(cfg.Table))
 }
 
-func signature(ctx context.Context, q querier, cfg Config) (string, error) {
+// signature runs sql, signatureSQLFor(cfg).
+func signature(ctx context.Context, q querier, cfg Config, sql string) (string, error) {
 	var sig string
-	err := q.QueryRow(ctx, signatureSQLFor(cfg)).Scan(&sig)
+	err := q.QueryRow(ctx, sql).Scan(&sig)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", nil // gone: inspect says so
 	}
@@ -117,7 +118,7 @@ func reshapeNowSQLFor(cfg Config) string {
 func (s *Source) ReshapeNow(ctx context.Context) (*connector.ShapeChange, time.Time, error) {
 	var sig string
 	var now time.Time
-	if err := s.pool.QueryRow(ctx, reshapeNowSQLFor(s.cfg)).Scan(&sig, &now); err != nil {
+	if err := s.pool.QueryRow(ctx, s.reshapeNowSQL).Scan(&sig, &now); err != nil {
 		return nil, time.Time{}, fmt.Errorf("read the shape of %s and the database clock: %w", quote(s.cfg.Schema, s.cfg.Table), err)
 	}
 	ch, err := s.reshapeTo(ctx, sig)
@@ -128,7 +129,7 @@ func (s *Source) ReshapeNow(ctx context.Context) (*connector.ShapeChange, time.T
 }
 
 func (s *Source) reshape(ctx context.Context) (*connector.ShapeChange, error) {
-	sig, err := signature(ctx, s.pool, s.cfg)
+	sig, err := signature(ctx, s.pool, s.cfg, s.sigSQL)
 	if err != nil {
 		return nil, err
 	}

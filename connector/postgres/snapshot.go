@@ -107,7 +107,7 @@ func (s *Source) SnapshotSessions(ctx context.Context, n int) (connector.Snapsho
 	// start, slightly before it, which errs on the safe side for W. The
 	// snapshot's oldest running transaction is the view's mark: every
 	// version it shows that was written below it is settled.
-	mark := markSQLFor(s.shape().tbl.ident)[len("SELECT "):]
+	mark := s.shape().q.mark[len("SELECT "):]
 	q := "SELECT now(), " + mark + ", ''"
 	if n > 1 {
 		q = "SELECT now(), " + mark + ", pg_catalog.pg_export_snapshot()"

@@ -37,6 +37,9 @@ type Source struct {
 	// sh is the table's shape and the queries built from it, replaced
 	// whole when the table changes (Reshape).
 	sh atomic.Pointer[shape]
+	// sigSQL and reshapeNowSQL are signatureSQLFor and reshapeNowSQLFor
+	// of cfg, built once.
+	sigSQL, reshapeNowSQL string
 	// pending is a shape change a view took on, not yet reported by
 	// Reshape.
 	pending atomic.Pointer[connector.ShapeChange]
@@ -62,6 +65,8 @@ type queries struct {
 	// window's end (PageRequest.Before): $6 and $7. Statements of their
 	// own, so that the bound stops the index scan whatever the plan.
 	sinceBefore, nextBefore string
+	// mark is markSQL for the table (markSQLFor).
+	mark string
 	// formats requests updated_at in binary (8-byte microseconds, no
 	// parsing) and everything else as text, which is what the value
 	// encoder converts.
@@ -216,6 +221,7 @@ func buildQueries(cfg Config, t *table) queries {
 		next:        head + after + filter + order + "$3",
 		sinceBefore: head + " WHERE " + ua + " >= $1 AND " + ua + " < $6" + skip(3) + filter + order + "$2",
 		nextBefore:  head + after + " AND " + ua + " < $7" + filter + order + "$3",
+		mark:        markSQLFor(t.ident),
 		formats:     formats,
 		prefix:      prefix,
 		width:       width,
@@ -285,7 +291,8 @@ func newSource(ctx context.Context, cfg Config, pool *pgxpool.Pool) (*Source, er
 	if err := rep.Err(); err != nil {
 		return nil, err
 	}
-	sig, err := signature(ctx, pool, cfg)
+	sigSQL := signatureSQLFor(cfg)
+	sig, err := signature(ctx, pool, cfg, sigSQL)
 	if err != nil {
 		return nil, err
 	}
@@ -293,7 +300,7 @@ func newSource(ctx context.Context, cfg Config, pool *pgxpool.Pool) (*Source, er
 	if err := prepare(ctx, pool, sh); err != nil {
 		return nil, err
 	}
-	s := &Source{cfg: cfg, pool: pool}
+	s := &Source{cfg: cfg, pool: pool, sigSQL: sigSQL, reshapeNowSQL: reshapeNowSQLFor(cfg)}
 	s.sh.Store(sh)
 	return s, nil
 }

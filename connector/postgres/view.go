@@ -59,7 +59,7 @@ func (s *Source) OpenView(ctx context.Context) (connector.PassView, error) {
 	// The first statement that reads takes the transaction's snapshot, so
 	// the mark read with it is the view's: every version written below it
 	// is visible in the view.
-	b.Queue(markSQLFor(sh.tbl.ident)).QueryRow(func(row pgx.Row) error {
+	b.Queue(sh.q.mark).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&xmin, &rel)
 	})
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
