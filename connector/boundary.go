@@ -61,8 +61,8 @@ func entryDigest(id string, content uint64) uint64 {
 // the floor, or replaced by a later unit); units are only ever dropped from
 // the front, so replaying the remaining ones in order can never bring back
 // an entry older than the one it replaced. When the units hold much more
-// than B (or too many of them pile up), a transaction rewrites all of B as
-// one new unit and drops the rest.
+// than B, too many of them pile up, or the oldest lies far back, commits
+// merge the oldest units into their own, a little at a time (mergeDue).
 type boundary struct {
 	// Entries, as parallel slices; unit 0 marks a deleted entry.
 	hash   []uint64
@@ -94,6 +94,7 @@ type boundary struct {
 	// outlive it, and a replay would bring that entry back.
 	shadow  map[uint32]bool
 	written int64 // entries in the committed units, current or not
+	lim     mergeLimits
 }
 
 type pendingValue struct {
@@ -119,6 +120,7 @@ func newBoundary() *boundary {
 		shadow:  map[uint32]bool{},
 		nextID:  1,
 		minTS:   1<<63 - 1,
+		lim:     defaultMergeLimits,
 	}
 }
 
@@ -320,16 +322,40 @@ type sealed struct {
 	drop     []*unit
 }
 
-// Merge thresholds. When the committed units hold more than twice B plus
-// slack, B is rewritten whole. When more than maxUnits are live, or the
-// oldest lie more than maxUnitDistance offsets behind the newest, the
-// oldest units are merged into the new one. Merging a prefix keeps every
-// write logarithmic in the number of times it is rewritten.
+// Merge limits (docs/design.md, "Merging units"). A merge re-emits the
+// current entries of the oldest units into the committing one, which lets
+// them be dropped. Each commit may re-emit up to its budget: four times the
+// entries it changed itself, and at least minMergeBudget. Within it, a
+// commit merges the longest run of oldest units that fits when more than
+// maxUnits are live (and at least two units fit), when the units hold more
+// than twice B plus rewriteSlack entries, or when the oldest lies more than
+// maxUnitDistance offsets behind the newest. Past hardMaxUnits it merges at
+// least two units whatever they hold, so the checkpoint's list of units
+// stays bounded. Merging only a little at a time, and mostly units whose
+// entries have been replaced or have aged out, keeps the entries written
+// within a small multiple of those published, and no commit carries a
+// large rewrite.
 const (
 	maxUnits        = 64
+	hardMaxUnits    = 256
+	minMergeBudget  = 2048
 	rewriteSlack    = 64 << 10
 	maxUnitDistance = 1 << 20
 )
+
+// mergeLimits are the merge limits of one set: the constants above, smaller
+// in tests that need every kind of merge to happen often.
+type mergeLimits struct {
+	units, hardUnits int
+	budget, perEntry int // the budget: at least budget, perEntry per entry the commit changed
+	slack, distance  int64
+}
+
+var defaultMergeLimits = mergeLimits{
+	units: maxUnits, hardUnits: hardMaxUnits,
+	budget: minMergeBudget, perEntry: 4,
+	slack: rewriteSlack, distance: maxUnitDistance,
+}
 
 // seal encodes the open transaction's unit and lists the units that can be
 // dropped. Nothing is committed until done is called after the commit.
@@ -384,20 +410,29 @@ func (b *boundary) seal() sealed {
 // mergeDue is how many of the oldest units the next commit merges.
 func (b *boundary) mergeDue() int {
 	n := len(b.units)
-	switch {
-	case n == 0:
+	if n == 0 {
 		return 0
-	case b.written > 2*int64(b.live)+rewriteSlack:
-		return n
-	case n > maxUnits:
-		return n / 2
 	}
-	newest := b.units[n-1].offsets[len(b.units[n-1].offsets)-1]
-	far := 0
-	for far < n && newest-b.units[far].offsets[0] > maxUnitDistance {
-		far++
+	lim := b.lim
+	budget := max(lim.perEntry*len(b.dirty), lim.budget)
+	k, live := 0, 0
+	for k < n && live+b.units[k].live <= budget {
+		live += b.units[k].live
+		k++
 	}
-	return far
+	switch {
+	case n > lim.hardUnits:
+		return max(k, 2)
+	case n > lim.units && k >= 2:
+		return k
+	case b.written > 2*int64(b.live)+lim.slack:
+		return max(k, 1)
+	}
+	last := b.units[n-1].offsets
+	if last[len(last)-1]-b.units[0].offsets[0] > lim.distance {
+		return max(k, 1)
+	}
+	return 0
 }
 
 // done applies a committed seal: the open unit becomes a committed unit of

@@ -29,105 +29,117 @@ func (b *boundary) contents() map[uint64]bModel {
 // and after every commit rebuilds it from the committed units alone, as a
 // restart does: the rebuilt set must equal the one in memory and a plain
 // map model, entry for entry. It also checks that the units stay bounded.
+// It runs with the real merge limits, and with tiny ones under which every
+// kind of merge (over the soft and the hard unit limits, too much written,
+// too far apart, within the budget or past it) happens many times.
 func TestBoundaryReplayEqualsMemory(t *testing.T) {
-	for _, seed := range []uint64{1, 2, 3, 4, 5} {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(seed, 99))
-			b := newBoundary()
-			model := map[uint64]bModel{}
-			records := map[int64][]byte{} // offsets topic: offset -> segment
-			next := int64(0)
-			floor := int64(-1 << 62)
-			for seq := int64(1); seq <= 400; seq++ {
-				for range rng.IntN(300) {
-					id := fmt.Sprintf("k%d", rng.IntN(2000))
-					h := idHash(id)
-					ts := floor + int64(rng.IntN(5000)) - 100 // sometimes below the floor, sometimes backwards
-					switch rng.IntN(10) {
-					case 0: // touch: the same record met again at another time
-						if idx, ok := b.find(h); ok {
-							b.settle(idx)
-							b.touch(idx, ts)
-							model[h] = bModel{model[h].digest, ts}
-						}
-					default:
-						r := &Row{ID: id, Value: fmt.Appendf(nil, `{"v":%d}`, rng.IntN(1000))}
-						b.publish(r, h, ts)
-						model[h] = bModel{entryDigest(id, Digest(r)), ts}
-					}
-				}
-				if rng.IntN(4) == 0 {
-					floor += int64(rng.IntN(2000))
-				}
-				b.prune(floor)
-				for h, m := range model {
-					if m.ts < floor {
-						delete(model, h)
-					}
-				}
-				s := b.seal()
-				var offs []int64
-				for _, seg := range s.segments {
-					records[next] = seg
-					offs = append(offs, next)
-					next++
-				}
-				for _, u := range s.drop {
-					for _, o := range u.offsets {
-						delete(records, o) // compaction after the tombstone
-					}
-				}
-				// The checkpoint is built between the seal and done, as
-				// commit does; a restart checks its count against the
-				// replay (loadBoundary).
-				st := b.state("", floor, s, seq, offs)
-				b.done(s, seq, offs)
-				// What the next commit does first; entries that replaced
-				// a committed one were kept past the floor until written.
-				b.prune(floor)
-				if len(b.units) > maxUnits+1 {
-					t.Fatalf("seq %d: %d units live", seq, len(b.units))
-				}
-
-				// A restart: replay the units named by the "checkpoint".
-				r := newBoundary()
-				for _, u := range b.units {
-					var segs [][]byte
-					for _, o := range u.offsets {
-						seg, ok := records[o]
-						if !ok {
-							t.Fatalf("seq %d: unit %d's segment at %d was dropped", seq, u.seq, o)
-						}
-						segs = append(segs, seg)
-					}
-					if _, err := r.replay(u.seq, u.offsets, segs); err != nil {
-						t.Fatal(err)
-					}
-				}
-				r.prune(floor)
-				if int64(r.Len()) != st.Entries {
-					t.Fatalf("seq %d: the checkpoint counts %d entries, the replay at its floor gives %d", seq, st.Entries, r.Len())
-				}
-				mem, rep := b.contents(), r.contents()
-				if len(mem) != len(model) || len(rep) != len(model) {
-					t.Fatalf("seq %d: %d entries in memory, %d replayed, %d in the model", seq, len(mem), len(rep), len(model))
-				}
-				for h, m := range model {
-					if mem[h] != m || rep[h] != m {
-						t.Fatalf("seq %d: key %x: model %+v, memory %+v, replayed %+v", seq, h, m, mem[h], rep[h])
-					}
-				}
-				var live int
-				for _, u := range b.units {
-					live += u.live
-				}
-				if live != b.Len() {
-					t.Fatalf("seq %d: units count %d current entries, B has %d", seq, live, b.Len())
-				}
-			}
-			t.Logf("%d units, %d entries written in them, %d in B, %d segment records kept", len(b.units), b.written, b.Len(), len(records))
-		})
+	for _, lim := range []mergeLimits{
+		defaultMergeLimits,
+		{units: 4, hardUnits: 8, budget: 16, slack: 64, distance: 40},
+		{units: 4, hardUnits: 64, budget: 16, perEntry: 1, slack: 512, distance: 12},
+	} {
+		for _, seed := range []uint64{1, 2, 3, 4, 5} {
+			t.Run(fmt.Sprintf("%d/%d/%d", lim.units, lim.hardUnits, seed), func(t *testing.T) { replayEqualsMemory(t, seed, lim) })
+		}
 	}
+}
+
+func replayEqualsMemory(t *testing.T, seed uint64, lim mergeLimits) {
+	rng := rand.New(rand.NewPCG(seed, 99))
+	b := newBoundary()
+	b.lim = lim
+	model := map[uint64]bModel{}
+	records := map[int64][]byte{} // offsets topic: offset -> segment
+	next := int64(0)
+	floor := int64(-1 << 62)
+	for seq := int64(1); seq <= 400; seq++ {
+		for range rng.IntN(300) {
+			id := fmt.Sprintf("k%d", rng.IntN(2000))
+			h := idHash(id)
+			ts := floor + int64(rng.IntN(5000)) - 100 // sometimes below the floor, sometimes backwards
+			switch rng.IntN(10) {
+			case 0: // touch: the same record met again at another time
+				if idx, ok := b.find(h); ok {
+					b.settle(idx)
+					b.touch(idx, ts)
+					model[h] = bModel{model[h].digest, ts}
+				}
+			default:
+				r := &Row{ID: id, Value: fmt.Appendf(nil, `{"v":%d}`, rng.IntN(1000))}
+				b.publish(r, h, ts)
+				model[h] = bModel{entryDigest(id, Digest(r)), ts}
+			}
+		}
+		if rng.IntN(4) == 0 {
+			floor += int64(rng.IntN(2000))
+		}
+		b.prune(floor)
+		for h, m := range model {
+			if m.ts < floor {
+				delete(model, h)
+			}
+		}
+		s := b.seal()
+		var offs []int64
+		for _, seg := range s.segments {
+			records[next] = seg
+			offs = append(offs, next)
+			next++
+		}
+		for _, u := range s.drop {
+			for _, o := range u.offsets {
+				delete(records, o) // compaction after the tombstone
+			}
+		}
+		// The checkpoint is built between the seal and done, as
+		// commit does; a restart checks its count against the
+		// replay (loadBoundary).
+		st := b.state("", floor, s, seq, offs)
+		b.done(s, seq, offs)
+		// What the next commit does first; entries that replaced
+		// a committed one were kept past the floor until written.
+		b.prune(floor)
+		if len(b.units) > lim.hardUnits+1 {
+			t.Fatalf("seq %d: %d units live", seq, len(b.units))
+		}
+
+		// A restart: replay the units named by the "checkpoint".
+		r := newBoundary()
+		for _, u := range b.units {
+			var segs [][]byte
+			for _, o := range u.offsets {
+				seg, ok := records[o]
+				if !ok {
+					t.Fatalf("seq %d: unit %d's segment at %d was dropped", seq, u.seq, o)
+				}
+				segs = append(segs, seg)
+			}
+			if _, err := r.replay(u.seq, u.offsets, segs); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r.prune(floor)
+		if int64(r.Len()) != st.Entries {
+			t.Fatalf("seq %d: the checkpoint counts %d entries, the replay at its floor gives %d", seq, st.Entries, r.Len())
+		}
+		mem, rep := b.contents(), r.contents()
+		if len(mem) != len(model) || len(rep) != len(model) {
+			t.Fatalf("seq %d: %d entries in memory, %d replayed, %d in the model", seq, len(mem), len(rep), len(model))
+		}
+		for h, m := range model {
+			if mem[h] != m || rep[h] != m {
+				t.Fatalf("seq %d: key %x: model %+v, memory %+v, replayed %+v", seq, h, m, mem[h], rep[h])
+			}
+		}
+		var live int
+		for _, u := range b.units {
+			live += u.live
+		}
+		if live != b.Len() {
+			t.Fatalf("seq %d: units count %d current entries, B has %d", seq, live, b.Len())
+		}
+	}
+	t.Logf("%d units, %d entries written in them, %d in B, %d segment records kept", len(b.units), b.written, b.Len(), len(records))
 }
 
 // TestBoundaryNoResurrection: a key's newest entry is pruned while an older
@@ -219,5 +231,81 @@ func TestBoundaryCountMatches(t *testing.T) {
 		if got := countMatches(c.claimed, c.before, c.after); got != c.ok {
 			t.Errorf("countMatches(%d, %d, %d) = %v, want %v", c.claimed, c.before, c.after, got, c.ok)
 		}
+	}
+}
+
+// TestBoundaryMergesAreSpread: a steady stream of small transactions, each
+// re-publishing random keys of a large table, with the floor a few hundred
+// transactions behind, as source.notify makes at thousands of updates per
+// second. Keeping the units few must not make one commit rewrite a large
+// part of B (a commit's segments are produced and flushed before its
+// checkpoint, so they are on the path of every row the commit carries):
+// every commit writes its own entries plus at most its merge budget. And
+// the entries written in all stay within a small multiple of those
+// published. With commits of 20 entries that multiple is larger: more
+// units would save segment bytes but cost more in every checkpoint, which
+// names each unit (docs/design.md, "Dropping units").
+func TestBoundaryMergesAreSpread(t *testing.T) {
+	for _, w := range []struct {
+		name           string
+		keys, per, lag int // table rows, entries a commit, commits within the margin
+		maxAmp         float64
+	}{
+		{"100k rows, 200 a commit, 300 commits in the margin", 100_000, 200, 300, 3},
+		{"20k rows, 20 a commit, 500 commits in the margin", 20_000, 20, 500, 8},
+		// A bulk UPDATE of every row with a writer held open: a pass
+		// publishes each row once, in full transactions, and nothing
+		// settles (keys 0: every entry is a new key, never pruned).
+		{"a bulk pass of 300k rows in commits of 3,000", 0, 3_000, 0, 1.5},
+	} {
+		t.Run(w.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(7, 11))
+			b := newBoundary()
+			var published, written, worst int64
+			worstAt := 0
+			commits := 2000
+			if w.keys == 0 {
+				commits = 100
+			}
+			for c := 1; c <= commits; c++ {
+				for i := range w.per {
+					if w.keys == 0 {
+						b.put(fmt.Sprint(c*w.per+i), int64(c), rng.Uint64())
+					} else {
+						b.put(fmt.Sprint(rng.IntN(w.keys)), int64(c), rng.Uint64())
+					}
+				}
+				if w.keys > 0 {
+					b.prune(int64(c - w.lag))
+				}
+				own := int64(len(b.dirty))
+				s := b.seal()
+				offs := make([]int64, len(s.segments))
+				for i := range offs {
+					offs[i] = int64(c)*10 + int64(i)
+				}
+				b.done(s, int64(c), offs)
+				if len(b.units) > hardMaxUnits+1 {
+					t.Fatalf("commit %d: %d units live", c, len(b.units))
+				}
+				if c <= 2*w.lag && w.keys > 0 {
+					continue // the first margin fills B
+				}
+				published += own
+				written += s.entries
+				if extra := s.entries - own; extra > worst {
+					worst, worstAt = extra, c
+				}
+			}
+			amp := float64(written) / float64(published)
+			t.Logf("B %d entries, %d units; a commit re-wrote at most %d entries (commit %d); %.2f entries written per entry published",
+				b.Len(), len(b.units), worst, worstAt, amp)
+			if budget := max(4*int64(w.per), minMergeBudget); worst > budget {
+				t.Errorf("a commit of %d entries re-wrote %d more (commit %d); the merge budget is %d", w.per, worst, worstAt, budget)
+			}
+			if amp > w.maxAmp {
+				t.Errorf("%.2f entries written per entry published; want at most %.1f", amp, w.maxAmp)
+			}
+		})
 	}
 }
