@@ -998,7 +998,7 @@ func (e *Engine) reshaped(ch *ShapeChange, err error) error {
 		if Fatal(err) {
 			return err
 		}
-		return staged("source", fmt.Errorf("re-read the source's shape: %w", err))
+		return staged("source", fmt.Errorf("begin a pass: %w", err))
 	}
 	if ch == nil {
 		return nil
