@@ -62,7 +62,7 @@ func entryDigest(id string, content uint64) uint64 {
 // the front, so replaying the remaining ones in order can never bring back
 // an entry older than the one it replaced. When the units hold much more
 // than B, too many of them pile up, or the oldest lies far back, commits
-// merge the oldest units into their own, a little at a time (mergeDue).
+// merge the oldest units into their own, a little at a time (plan).
 type boundary struct {
 	// Entries, as parallel slices; unit 0 marks a deleted entry.
 	hash   []uint64
@@ -325,16 +325,17 @@ type sealed struct {
 // Merge limits (docs/design.md, "Merging units"). A merge re-emits the
 // current entries of the oldest units into the committing one, which lets
 // them be dropped. Each commit may re-emit up to its budget: four times the
-// entries it changed itself, and at least minMergeBudget. Within it, a
-// commit merges the longest run of oldest units that fits when more than
-// maxUnits are live (and at least two units fit), when the units hold more
-// than twice B plus rewriteSlack entries, or when the oldest lies more than
-// maxUnitDistance offsets behind the newest. Past hardMaxUnits it merges at
-// least two units whatever they hold, so the checkpoint's list of units
-// stays bounded. Merging only a little at a time, and mostly units whose
-// entries have been replaced or have aged out, keeps the entries written
-// within a small multiple of those published, and no commit carries a
-// large rewrite.
+// entries it changed itself, and at least minMergeBudget. A commit merges
+// the longest run of oldest units that fits in it when more than maxUnits
+// are live, when the units hold more than twice B plus rewriteSlack
+// entries, or when the oldest lies more than maxUnitDistance offsets behind
+// the newest. Unless two whole units fit (for maxUnits) it also fills the
+// rest of the budget from the next unit, so that a unit larger than any
+// budget is re-emitted over several commits; for maxUnits only once more
+// than halfway to hardMaxUnits, since until then the oldest units' entries
+// may still age out, which costs nothing. Past hardMaxUnits it merges at
+// least the two oldest units whatever they hold, so the checkpoint's list
+// of units stays bounded: that is the one merge that can exceed the budget.
 const (
 	maxUnits        = 64
 	hardMaxUnits    = 256
@@ -361,17 +362,29 @@ var defaultMergeLimits = mergeLimits{
 // dropped. Nothing is committed until done is called after the commit.
 func (b *boundary) seal() sealed {
 	var s sealed
-	if n := b.mergeDue(); n > 0 {
-		// Re-emit the current entries of the oldest n units into the new
-		// one; those units then hold nothing current and are dropped.
-		merge := make(map[uint32]bool, n)
-		for _, u := range b.units[:n] {
+	if p := b.plan(); p.units > 0 || p.part > 0 {
+		// Re-emit the current entries of the oldest p.units units, and at
+		// most p.part of the unit after them, into the new one. Units left
+		// holding nothing current are dropped below; a unit merged in part
+		// stays until it is.
+		merge := make(map[uint32]bool, p.units)
+		for _, u := range b.units[:p.units] {
 			merge[u.id] = true
 		}
+		var partOf uint32 // unit ids start at 1; 0 is none
+		if p.part > 0 && p.units < len(b.units) {
+			partOf = b.units[p.units].id
+		}
+		left := p.part
 		u := b.openUnit()
 		for idx := range b.hash {
-			if merge[b.unit[idx]] {
+			switch id := b.unit[idx]; {
+			case id == 0:
+			case merge[id]:
 				b.take(idx, u)
+			case id == partOf && left > 0:
+				b.take(idx, u)
+				left--
 			}
 		}
 	}
@@ -407,32 +420,54 @@ func (b *boundary) seal() sealed {
 	return s
 }
 
-// mergeDue is how many of the oldest units the next commit merges.
-func (b *boundary) mergeDue() int {
+// mergePlan is what a commit merges: all the current entries of the
+// oldest units, and at most part of those of the unit after them. rule
+// names the limit that called for it.
+type mergePlan struct {
+	units, part int
+	rule        string
+}
+
+// plan is the next commit's merge (see the merge limits above). Moving
+// some of a unit's current entries is as safe as moving all of them: the
+// unit stays, listed, until it holds nothing current.
+func (b *boundary) plan() mergePlan {
 	n := len(b.units)
 	if n == 0 {
-		return 0
+		return mergePlan{}
 	}
 	lim := b.lim
-	budget := max(lim.perEntry*len(b.dirty), lim.budget)
+	own := 0
+	if b.cur != nil {
+		own = b.cur.live
+	}
+	budget := max(lim.perEntry*own, lim.budget)
 	k, live := 0, 0
 	for k < n && live+b.units[k].live <= budget {
 		live += b.units[k].live
 		k++
 	}
+	part := 0
+	if k < n {
+		part = budget - live
+	}
 	switch {
+	case n > lim.hardUnits && k < 2:
+		return mergePlan{units: 2, rule: "hard units, over the budget"}
 	case n > lim.hardUnits:
-		return max(k, 2)
+		return mergePlan{units: k, rule: "hard units"}
 	case n > lim.units && k >= 2:
-		return k
+		return mergePlan{units: k, rule: "units"}
+	case n > (lim.units+lim.hardUnits)/2:
+		return mergePlan{units: k, part: part, rule: "units, in part"}
 	case b.written > 2*int64(b.live)+lim.slack:
-		return max(k, 1)
+		return mergePlan{units: k, part: part, rule: "written"}
 	}
 	last := b.units[n-1].offsets
 	if last[len(last)-1]-b.units[0].offsets[0] > lim.distance {
-		return max(k, 1)
+		return mergePlan{units: k, part: part, rule: "distance"}
 	}
-	return 0
+	return mergePlan{}
 }
 
 // done applies a committed seal: the open unit becomes a committed unit of
