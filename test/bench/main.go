@@ -51,6 +51,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -379,6 +380,12 @@ func (b *bench) run(ctx context.Context) error {
 		return fmt.Errorf("latency: %w", err)
 	}
 	fmt.Printf("      %s\n", b.res.latency.line())
+	high := slices.Max(notifyRates)
+	step(fmt.Sprintf("incremental latency without notify: %d updates/s for %s, poll_interval 1s", high, o.latency))
+	if b.res.latencyHigh, err = b.latencyRunSpec(ctx, small, latencySpec{rate: high, writers: max(1, high/writerRate)}); err != nil {
+		return fmt.Errorf("latency at %d/s: %w", high, err)
+	}
+	fmt.Printf("      %s; %.1f transactions/s, %.0f records per transaction\n", b.res.latencyHigh.line(), b.res.latencyHigh.tps(), b.res.latencyHigh.perTxn())
 	step(fmt.Sprintf("incremental latency with source.notify: %v updates/s for %s each, poll_interval 1s", notifyRates, o.latency))
 	if b.res.notify, err = b.notifyRuns(ctx, small, notifyRates, nil); err != nil {
 		return fmt.Errorf("notify latency: %w", err)
