@@ -325,17 +325,20 @@ type sealed struct {
 // Merge limits (docs/design.md, "Merging units"). A merge re-emits the
 // current entries of the oldest units into the committing one, which lets
 // them be dropped. Each commit may re-emit up to its budget: four times the
-// entries it changed itself, and at least minMergeBudget. A commit merges
-// the longest run of oldest units that fits in it when more than maxUnits
-// are live, when the units hold more than twice B plus rewriteSlack
-// entries, or when the oldest lies more than maxUnitDistance offsets behind
-// the newest. Unless two whole units fit (for maxUnits) it also fills the
-// rest of the budget from the next unit, so that a unit larger than any
-// budget is re-emitted over several commits; for maxUnits only once more
-// than halfway to hardMaxUnits, since until then the oldest units' entries
-// may still age out, which costs nothing. Past hardMaxUnits it merges at
-// least the two oldest units whatever they hold, so the checkpoint's list
-// of units stays bounded: that is the one merge that can exceed the budget.
+// entries it changed itself, at least minMergeBudget, and at least a
+// (hardMaxUnits/2)th of B: so many units of a budget hold B twice over, and
+// the hard limit is not what keeps a large B's units few. A commit merges
+// the longest run of oldest units that fits in its budget when more than
+// maxUnits are live and at least two units fit. Otherwise, once past
+// halfway to hardMaxUnits (until then the oldest units' entries may still
+// age out, which costs nothing), when the units hold more than twice B
+// plus rewriteSlack entries, or when the oldest lies more than
+// maxUnitDistance offsets behind the newest, it merges that run and fills
+// the rest of the budget with part of the next unit, so that a unit larger
+// than the budget is re-emitted over several commits. Past hardMaxUnits,
+// when fewer than two units fit, it merges the two oldest whatever they
+// hold, so that the checkpoint's list of units stays bounded: the one
+// merge that can exceed the budget.
 const (
 	maxUnits        = 64
 	hardMaxUnits    = 256
@@ -348,13 +351,15 @@ const (
 // in tests that need every kind of merge to happen often.
 type mergeLimits struct {
 	units, hardUnits int
-	budget, perEntry int // the budget: at least budget, perEntry per entry the commit changed
-	slack, distance  int64
+	// The budget: at least budget, perEntry per entry the commit changed,
+	// and B's entries / perB (unless 0).
+	budget, perEntry, perB int
+	slack, distance        int64
 }
 
 var defaultMergeLimits = mergeLimits{
 	units: maxUnits, hardUnits: hardMaxUnits,
-	budget: minMergeBudget, perEntry: 4,
+	budget: minMergeBudget, perEntry: 4, perB: hardMaxUnits / 2,
 	slack: rewriteSlack, distance: maxUnitDistance,
 }
 
@@ -442,6 +447,9 @@ func (b *boundary) plan() mergePlan {
 		own = b.cur.live
 	}
 	budget := max(lim.perEntry*own, lim.budget)
+	if lim.perB > 0 {
+		budget = max(budget, b.live/lim.perB)
+	}
 	k, live := 0, 0
 	for k < n && live+b.units[k].live <= budget {
 		live += b.units[k].live
