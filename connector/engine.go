@@ -92,7 +92,10 @@ type Config struct {
 	// Margin is the safety margin M re-read below the watermark; default
 	// 10s (0), and a negative value means no margin at all.
 	Margin time.Duration
-	// PollInterval is the pause between passes in continuous mode; default 1s.
+	// PollInterval is the time from the start of one pass to the start of
+	// the next in continuous mode (the next starts at once when a pass
+	// took longer); with Wake, the pause after a pass before the timer
+	// starts a full pass. Default 1s.
 	PollInterval time.Duration
 	// PollJitter is the fraction (0..1) of PollInterval randomised; default 0.
 	PollJitter float64
@@ -775,12 +778,15 @@ func (e *Engine) pollDelay() time.Duration {
 	return d
 }
 
-// idle waits between two passes: the poll interval, or less when Wake
-// receives (then at least MinPassGap after the last pass started). It
-// reports false when ctx ended.
+// idle waits between two passes. Without Wake, until the poll interval
+// after the last pass started (at once when that pass took longer), so
+// that a change waits at most the interval and one pass (docs/design.md,
+// "Polling"). With Wake, the poll interval after the last pass ended, or
+// less when Wake receives (then at least MinPassGap after the last pass
+// started). It reports false when ctx ended.
 func (e *Engine) idle(ctx context.Context) bool {
 	if e.cfg.Wake == nil {
-		return e.sleep(ctx, e.pollDelay())
+		return e.sleep(ctx, max(e.pollDelay()-time.Since(e.passStarted), 0))
 	}
 	d := e.pollDelay()
 	if e.cp.HeadsSinceFull && !e.fullAt.IsZero() {

@@ -563,3 +563,41 @@ func keepWaking(ctx context.Context, wake chan<- struct{}) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// TestPollIntervalSpacesPassStarts: without wake-ups, the poll interval is
+// between the starts of two passes, so that a change waits at most the poll
+// interval and one pass to be read; a pass longer than the interval is
+// followed by the next at once. (Counted from a pass's end, a change
+// committed just after a pass's snapshot would wait for that pass to end,
+// the interval and the next pass.)
+func TestPollIntervalSpacesPassStarts(t *testing.T) {
+	r := newRig(t)
+	m := newMemTable()
+	m.set("a", t0, "v1", false)
+	src := &passStarts{memTable: m}
+	const poll = 200 * time.Millisecond
+	e, _ := r.engine(src, connector.Config{PollInterval: poll})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := e.Run(ctx, connector.Continuous); done <- err }()
+	median := func(ds []time.Duration) time.Duration {
+		ds = slices.Clone(ds)
+		slices.Sort(ds)
+		return ds[len(ds)/2]
+	}
+	// Passes shorter than the interval: one per interval.
+	const short = 120 * time.Millisecond
+	if d := median(src.gaps(t, 5, short)); d < poll-20*time.Millisecond || d > poll+60*time.Millisecond {
+		t.Errorf("passes of %s started a median %s apart; the poll interval is %s (from the end of a pass it would be %s)", short, d, poll, poll+short)
+	}
+	// Passes longer than the interval: back to back.
+	const slow = 300 * time.Millisecond
+	if d := median(src.gaps(t, 4, slow)); d > slow+poll/2 {
+		t.Errorf("passes of %s started a median %s apart: the poll interval was added after each pass's end", slow, d)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

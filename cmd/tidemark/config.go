@@ -263,8 +263,9 @@ type SyncConfig struct {
 	// Margin is the safety margin M: a pass starts at watermark - M. Default
 	// 10s, >= 0.
 	Margin Duration `yaml:"margin"`
-	// PollInterval is the pause between passes once the end is reached.
-	// Default 1s.
+	// PollInterval is, once the end is reached, the time from the start of
+	// one pass to the start of the next (with source.notify, the pause
+	// after a pass before the next full pass). Default 1s.
 	PollInterval Duration `yaml:"poll_interval"`
 	// PollJitter is the random fraction (0..1) added to or removed from
 	// PollInterval. Default 0.2.
