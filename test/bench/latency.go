@@ -28,8 +28,9 @@ type latencyResult struct {
 	poll    time.Duration
 	cpu     time.Duration // tidemark, whole continuous run
 	rssKB   int64
-	// target is the rate asked for, writers the connections that wrote.
-	target, writers int
+	// target is the rate asked for, writers the connections that wrote,
+	// batch the updates each of their transactions committed.
+	target, writers, batch int
 	// txns and records are the Kafka transactions tidemark committed and
 	// the rows it published from the first update until it stopped (the
 	// checkpoint's counters), span the time from the first update until
@@ -58,7 +59,10 @@ func (l latencyResult) perTxn() float64 {
 // sharing it, and extra arguments of `tidemark run` (notify.go).
 type latencySpec struct {
 	rate, writers int
-	args          []string
+	// batch is the updates of one transaction (1 when 0): a writer
+	// commits batch distinct rows in one UPDATE.
+	batch int
+	args  []string
 }
 
 func (l latencyResult) line() string {
@@ -134,7 +138,7 @@ func (b *bench) latencyRun(ctx context.Context, table string) (latencyResult, er
 // spec.writers connections, with spec.args added to `tidemark run`.
 func (b *bench) latencyRunSpec(ctx context.Context, table string, spec latencySpec) (latencyResult, error) {
 	spec.writers = max(spec.writers, 1)
-	res := latencyResult{poll: time.Second, target: spec.rate, writers: spec.writers}
+	res := latencyResult{poll: time.Second, target: spec.rate, writers: spec.writers, batch: max(spec.batch, 1)}
 	var n int64
 	t := pgx.Identifier{table}.Sanitize()
 	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+t).Scan(&n); err != nil {
@@ -235,7 +239,11 @@ func (b *bench) latencyRunSpec(ctx context.Context, table string, spec latencySp
 	every := time.Second / time.Duration(spec.rate)
 	start := time.Now()
 	// Writer w commits updates w, w+writers, ..., each at its slot in the
-	// schedule (or at once when behind it).
+	// schedule (or at once when behind it). With spec.batch > 1 it commits
+	// batches of that many distinct rows instead, batch w, w+writers, ...
+	batch := max(spec.batch, 1)
+	updMany := "UPDATE " + t + " SET updated_at = clock_timestamp(), attrs = jsonb_set(attrs, '{seq}', to_jsonb(s.seq)) " +
+		"FROM unnest($1::bigint[], $2::bigint[]) AS s(id, seq) WHERE " + t + ".id = s.id"
 	werrs := make(chan error, spec.writers)
 	for w := range spec.writers {
 		conn, err := b.pool.Acquire(ctx)
@@ -244,17 +252,33 @@ func (b *bench) latencyRunSpec(ctx context.Context, table string, spec latencySp
 		}
 		go func() {
 			defer conn.Release()
-			for i := w; i < total; i += spec.writers {
+			for i := w * batch; i < total; i += spec.writers * batch {
 				if d := time.Until(start.Add(time.Duration(i) * every)); d > 0 {
 					time.Sleep(d)
 				}
-				id := int64(ids[i%len(ids)] + 1)
-				seq := tr.add(id)
-				if _, err := conn.Exec(ctx, upd, id, seq); err != nil {
+				if batch == 1 {
+					id := int64(ids[i%len(ids)] + 1)
+					seq := tr.add(id)
+					if _, err := conn.Exec(ctx, upd, id, seq); err != nil {
+						werrs <- fmt.Errorf("update: %w", err)
+						return
+					}
+					tr.committed(seq, time.Now())
+					continue
+				}
+				var bid, bseq []int64
+				for j := i; j < min(i+batch, total); j++ {
+					id := int64(ids[j%len(ids)] + 1)
+					bid, bseq = append(bid, id), append(bseq, int64(tr.add(id)))
+				}
+				if _, err := conn.Exec(ctx, updMany, bid, bseq); err != nil {
 					werrs <- fmt.Errorf("update: %w", err)
 					return
 				}
-				tr.committed(seq, time.Now())
+				now := time.Now()
+				for _, seq := range bseq {
+					tr.committed(int(seq), now)
+				}
 			}
 			werrs <- nil
 		}()

@@ -85,6 +85,7 @@ type options struct {
 	// arguments of -notify-only.
 	notifyRates []int
 	notifyArgs  string
+	notifyBatch int
 	// compressionOnly loads the table and runs only the kafka.compression
 	// loads (compression.go), printing their lines instead of the report.
 	compressionOnly bool
@@ -125,6 +126,7 @@ func run() int {
 		}
 		return nil
 	})
+	flag.IntVar(&o.notifyBatch, "notify-batch", 1, "with -notify-only: updates per writer transaction (distinct rows in one UPDATE), to compare the cost of the commits with that of the rows")
 	flag.StringVar(&o.notifyArgs, "notify-args", "", "with -notify-only: more `tidemark run` arguments, space separated (say --source.notify_min_gap 5ms)")
 	flag.BoolVar(&o.loadOnly, "load-only", false, "only run the sync.load_workers initial loads on a shuffled -rows table (-pairs rounds) and print them (no report)")
 	flag.BoolVar(&o.noLoad, "no-load", false, "skip the sync.load_workers scenario")
@@ -264,7 +266,7 @@ func (b *bench) run(ctx context.Context) error {
 	}
 	if o.notifyOnly {
 		step(fmt.Sprintf("incremental latency with source.notify: %v updates/s for %s each", o.notifyRates, o.latency))
-		_, err := b.notifyRuns(ctx, main, o.notifyRates, strings.Fields(o.notifyArgs))
+		_, err := b.notifyRunsBatched(ctx, main, o.notifyRates, strings.Fields(o.notifyArgs), max(o.notifyBatch, 1))
 		return err
 	}
 	// The first run into a fresh broker process paid for its heap's
@@ -389,6 +391,10 @@ func (b *bench) run(ctx context.Context) error {
 	step(fmt.Sprintf("incremental latency with source.notify: %v updates/s for %s each, poll_interval 1s", notifyRates, o.latency))
 	if b.res.notify, err = b.notifyRuns(ctx, small, notifyRates, nil); err != nil {
 		return fmt.Errorf("notify latency: %w", err)
+	}
+	step(fmt.Sprintf("incremental latency with source.notify: %d updates/s in commits of %d rows, %s", high, notifyBatch, o.latency))
+	if b.res.notifyBatched, err = b.notifyRunsBatched(ctx, small, []int{high}, nil, notifyBatch); err != nil {
+		return fmt.Errorf("notify latency in commits of %d: %w", notifyBatch, err)
 	}
 
 	if !o.noTasks {

@@ -32,9 +32,12 @@ type results struct {
 	// without notify.
 	latencyHigh latencyResult
 	notify      []latencyResult // with source.notify (notify.go)
-	window      windowResult
-	profile     profileResult
-	elapsed     time.Duration
+	// notifyBatched is the notify run at the highest rate with the updates
+	// committed notifyBatch to a transaction (notify.go).
+	notifyBatched []latencyResult
+	window        windowResult
+	profile       profileResult
+	elapsed       time.Duration
 
 	compression compressionResult // by kafka.compression (compression.go)
 	par         parResult         // by sync.load_workers (parload.go)
