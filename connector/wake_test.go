@@ -353,6 +353,13 @@ func (p *passStarts) gaps(t *testing.T, n int, slow time.Duration) []time.Durati
 	}
 }
 
+// medianDuration is the median of ds.
+func medianDuration(ds []time.Duration) time.Duration {
+	ds = slices.Clone(ds)
+	slices.Sort(ds)
+	return ds[len(ds)/2]
+}
+
 // TestMinPassGapSpacesPassStarts: under a steady stream of wake-ups, passes
 // start at most once per MinPassGap, and a pass longer than that is followed
 // by the next at once: the gap is between the starts of two passes, so it
@@ -371,11 +378,6 @@ func TestMinPassGapSpacesPassStarts(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { _, err := e.Run(ctx, connector.Continuous); done <- err }()
 	go keepWaking(ctx, wake)
-	median := func(ds []time.Duration) time.Duration {
-		ds = slices.Clone(ds)
-		slices.Sort(ds)
-		return ds[len(ds)/2]
-	}
 	// Quick passes: one per gap, never sooner. (The first page of a pass
 	// is read a moment after the pass began, which varies by a few
 	// milliseconds: hence the tolerance.)
@@ -391,7 +393,7 @@ func TestMinPassGapSpacesPassStarts(t *testing.T) {
 	// counted from the end, the gap would make it 300 ms and more).
 	const slow = 200 * time.Millisecond
 	long := src.gaps(t, 6, slow)
-	if d := median(long); d > slow+gap*7/10 {
+	if d := medianDuration(long); d > slow+gap*7/10 {
 		t.Errorf("passes of %s started a median %s apart (%v): the gap of %s was added after each pass's end", slow, d, long, gap)
 	}
 	cancel()
@@ -581,21 +583,16 @@ func TestPollIntervalSpacesPassStarts(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { _, err := e.Run(ctx, connector.Continuous); done <- err }()
-	median := func(ds []time.Duration) time.Duration {
-		ds = slices.Clone(ds)
-		slices.Sort(ds)
-		return ds[len(ds)/2]
-	}
 	// Passes shorter than the interval: one per interval (a pass's commit
 	// and the rest take some milliseconds besides the slow page: hence
 	// the tolerance, half-way to what counting from the end gives).
 	const short = 200 * time.Millisecond
-	if d := median(src.gaps(t, 5, short)); d < poll-20*time.Millisecond || d > poll+short/2 {
+	if d := medianDuration(src.gaps(t, 5, short)); d < poll-20*time.Millisecond || d > poll+short/2 {
 		t.Errorf("passes of %s started a median %s apart; the poll interval is %s (from the end of a pass it would be %s)", short, d, poll, poll+short)
 	}
 	// Passes longer than the interval: back to back.
 	const slow = 400 * time.Millisecond
-	if d := median(src.gaps(t, 4, slow)); d > slow+poll/2 {
+	if d := medianDuration(src.gaps(t, 4, slow)); d > slow+poll/2 {
 		t.Errorf("passes of %s started a median %s apart: the poll interval was added after each pass's end", slow, d)
 	}
 	cancel()

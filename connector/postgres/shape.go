@@ -32,10 +32,10 @@ func (s *Source) shape() *shape { return s.sh.Load() }
 // puts in place of %s (no parameters, so that each session plans it once:
 // its plan costs several times its run, and the sessions' plan_cache_mode
 // plans every call of a statement with parameters). NOT NULL and the
-// unique indexes are in it because the requirements depend on them: an updated_at made nullable
-// (incremental pages never return a NULL one) or an id no longer unique
-// (ties would no longer be ordered totally) must be seen, not just a
-// renamed or retyped column.
+// unique indexes are in it because the requirements depend on them: an
+// updated_at made nullable (incremental pages never return a NULL one) or
+// an id no longer unique (ties would no longer be ordered totally) must be
+// seen, not just a renamed or retyped column.
 const signatureSQL = `SELECT c.oid::text || '|' || coalesce(string_agg(a.attnum || ':' || a.attname || ':' || a.atttypid || ':' || a.atttypmod || ':' || a.attnotnull, ',' ORDER BY a.attnum), '')
 		|| '|' || coalesce((SELECT string_agg(i.indexrelid::text || ':' || i.indkey::text || ':' || i.indisvalid || ':' || (i.indpred IS NULL), ',' ORDER BY i.indexrelid)
 			FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND i.indisunique), '')
