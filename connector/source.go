@@ -247,7 +247,9 @@ type RangeLoader interface {
 	// last ends at "", so the ranges cover every id, present or future.
 	SplitKeys(ctx context.Context, n int) ([]KeyRange, error)
 	// LoadPage returns up to Limit rows of the range after the cursor, in
-	// key order. End is true only for a page with no rows.
+	// key order. End is true only for a page with no rows; Last, for a page
+	// with fewer rows than Limit (the range held nothing more when it was
+	// read). Either ends the range.
 	LoadPage(ctx context.Context, req LoadRequest) (Page, error)
 }
 

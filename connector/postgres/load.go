@@ -90,7 +90,9 @@ func (s *Source) loadPage(ctx context.Context, q querier, req connector.LoadRequ
 	if len(out) == 0 {
 		return connector.Page{Next: req.Cursor, End: true}, nil
 	}
-	return connector.Page{Rows: out, Next: loadCursorPrefix + out[len(out)-1].ID}, nil
+	// Fewer rows than the LIMIT: the statement saw nothing more in the
+	// range, as an empty page after it would have (see page).
+	return connector.Page{Rows: out, Next: loadCursorPrefix + out[len(out)-1].ID, Last: len(out) < req.Limit}, nil
 }
 
 // loadCursorPrefix starts a load cursor, followed by the last id read
