@@ -19,8 +19,9 @@ import (
 
 // loadAll reads every range of a split to its end, checks the page
 // invariants of LoadPage (pages in id order within a range, never above
-// the limit, End only on an empty page) and returns the ids each range
-// read, in order.
+// the limit, End only on an empty page, Last exactly on a page with rows
+// but fewer than the limit, which ends the range) and returns the ids each
+// range read, in order.
 func loadAll(t *testing.T, rl connector.RangeLoader, ranges []connector.KeyRange, limit int) [][]string {
 	t.Helper()
 	out := make([][]string, len(ranges))
@@ -34,8 +35,8 @@ func loadAll(t *testing.T, rl connector.RangeLoader, ranges []connector.KeyRange
 			if err != nil {
 				t.Fatalf("range %v after %q: %v", r, req.Cursor, err)
 			}
-			if len(p.Rows) > limit || p.End != (len(p.Rows) == 0) {
-				t.Fatalf("range %v: page of %d rows (limit %d), end %v", r, len(p.Rows), limit, p.End)
+			if len(p.Rows) > limit || p.End != (len(p.Rows) == 0) || p.Last != (len(p.Rows) > 0 && len(p.Rows) < limit) {
+				t.Fatalf("range %v: page of %d rows (limit %d), end %v, last %v", r, len(p.Rows), limit, p.End, p.Last)
 			}
 			if p.End {
 				break
@@ -45,6 +46,9 @@ func loadAll(t *testing.T, rl connector.RangeLoader, ranges []connector.KeyRange
 			}
 			for _, row := range p.Rows {
 				out[i] = append(out[i], row.ID)
+			}
+			if p.Last {
+				break
 			}
 			req.Cursor = p.Next
 		}
@@ -335,4 +339,63 @@ func TestSnapshotSessionsDoNotHoldAndWait(t *testing.T) {
 		t.Fatalf("three sessions from a free pool: %v", err)
 	}
 	snap.Close(ctx)
+}
+
+// A server's idle_in_transaction_session_timeout shorter than the wait for
+// a pool connection: the sessions a shared snapshot already holds sit idle
+// in their transactions while the next one waits. Each is kept from the
+// timeout as soon as it holds the snapshot, so the exporting session
+// survives the wait and the last session can still import the snapshot.
+func TestSnapshotSessionsOutwaitTheIdleTimeout(t *testing.T) {
+	db := harness.NewDB(t)
+	db.Exec(t, `CREATE TABLE items (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)`)
+	db.Exec(t, `INSERT INTO items SELECT g, now() FROM generate_series(1, 100) g`)
+	ctx := context.Background()
+	pc, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns = 5
+	pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = "200"
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	src, err := postgres.NewOnPool(ctx, config(db, "items"), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another task holds three of the five connections, and gives one
+	// back 800 ms on: the third session waits that long.
+	var held []*pgxpool.Conn
+	for range 3 {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	defer func() {
+		for _, c := range held {
+			c.Release()
+		}
+	}()
+	first := held[0]
+	held = held[1:]
+	time.AfterFunc(800*time.Millisecond, first.Release)
+	snap, err := src.SnapshotSessions(ctx, 3)
+	if err != nil {
+		t.Fatalf("a snapshot on three sessions, the third after an 800 ms wait with a 200 ms idle timeout: %v", err)
+	}
+	defer snap.Close(ctx)
+	time.Sleep(400 * time.Millisecond)
+	ranges := []connector.KeyRange{{Hi: "33"}, {Lo: "33", Hi: "66"}, {Lo: "66"}}
+	var got []string
+	for _, ids := range loadAll(t, snap.(connector.RangeLoader), ranges, 50) {
+		got = append(got, ids...)
+	}
+	if len(got) != 100 {
+		t.Errorf("read %d rows through the snapshot's sessions, want 100", len(got))
+	}
 }

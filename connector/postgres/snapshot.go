@@ -113,8 +113,24 @@ func (s *Source) SnapshotSessions(ctx context.Context, n int) (connector.Snapsho
 		q = "SELECT now(), " + mark + ", pg_catalog.pg_export_snapshot()"
 	}
 	var rel string
+	// A view waits idle in its transaction while the topic is read (a
+	// sweep's, verify's), and the sessions taken wait so while the next
+	// one waits for a connection; a server's or role's
+	// idle_in_transaction_session_timeout must end none of them, or every
+	// retry fails the same way. Set in each session as soon as it holds
+	// the snapshot: after the statement that takes or imports it, which
+	// must come first.
+	keep := func(i int, ss *session) error {
+		if _, err := ss.tx.Exec(ctx, noIdleTimeout); err != nil {
+			return fmt.Errorf("snapshot: session %d of %d: %w", i, n, err)
+		}
+		return nil
+	}
 	if err := first.tx.QueryRow(ctx, q).Scan(&start, &xmin, &rel, &exported); err != nil {
 		return fail(fmt.Errorf("snapshot: read start time: %w", err))
+	}
+	if err := keep(1, first); err != nil {
+		return fail(err)
 	}
 	for range n - 1 {
 		ss, err := begin()
@@ -126,14 +142,8 @@ func (s *Source) SnapshotSessions(ctx context.Context, n int) (connector.Snapsho
 		if _, err := ss.tx.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(exported)); err != nil {
 			return fail(fmt.Errorf("snapshot: import the snapshot %s into session %d of %d: %w", exported, len(sn.sessions), n, err))
 		}
-	}
-	// A view waits idle in its transaction while the topic is read (a
-	// sweep's, verify's); a server's or role's
-	// idle_in_transaction_session_timeout must not end it, or every retry
-	// fails the same way. Set after the snapshot is taken or imported.
-	for i, ss := range sn.sessions {
-		if _, err := ss.tx.Exec(ctx, noIdleTimeout); err != nil {
-			return fail(fmt.Errorf("snapshot: session %d of %d: %w", i+1, n, err))
+		if err := keep(len(sn.sessions), ss); err != nil {
+			return fail(err)
 		}
 	}
 	for _, ss := range sn.sessions {
