@@ -2,8 +2,11 @@ package connector
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/tidemark/tidemark/schemas"
 )
 
 type bModel struct {
@@ -26,13 +29,17 @@ func (b *boundary) contents() map[uint64]bModel {
 
 // TestBoundaryReplayEqualsMemory drives B through random transactions (new
 // keys, rewrites, timestamps that go backwards, touches, a rising floor)
-// and after every commit rebuilds it from the committed units alone, as a
-// restart does: the rebuilt set must equal the one in memory and a plain
-// map model, entry for entry. It also checks that the units stay bounded.
-// It runs with the real merge limits, and with tiny ones under which every
-// kind of merge (over the soft and the hard unit limits, too much written,
-// too far apart, whole units and part of one, within the budget or past
-// it) happens many times; the test checks that each did.
+// and after every commit rebuilds it from the checkpoint alone, as a
+// restart does: the units it names, in its order, read back from the
+// offsets topic. The rebuilt set must equal the one in memory and a plain
+// map model, entry for entry, and unit for unit (sequence, entries read,
+// current entries). Some transactions fail before their commit and go on
+// from the last checkpoint's replay, and some commits are followed by a
+// restart that goes on from the replay. It also checks that the units stay
+// bounded. It runs with the real merge limits, and with tiny ones under
+// which every kind of merge (over the soft and the hard unit limits, too
+// much written, too far apart, whole units and part of one, within the
+// budget or past it) happens many times; the test checks that each did.
 func TestBoundaryReplayEqualsMemory(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -56,17 +63,50 @@ func TestBoundaryReplayEqualsMemory(t *testing.T) {
 		if seeds < 5 {
 			continue // -run picked some seeds only
 		}
-		for _, r := range c.want {
+		for _, r := range append(c.want, "crash", "restart") {
 			if ran[r] == 0 {
-				t.Errorf("%s: no merge of rule %q ran (%v)", c.name, r, ran)
+				t.Errorf("%s: no %q ran (%v)", c.name, r, ran)
 			}
 		}
 	}
 }
 
+// replayCheckpoint rebuilds B as a restart does (loadBoundary): the units
+// the checkpoint st names, in its order, from the segments in records
+// (the offsets topic), pruned at the checkpoint's floor. Each unit must
+// read back the entries the checkpoint counts for it, and the whole the
+// checkpoint's count.
+func replayCheckpoint(t *testing.T, seq int64, st schemas.BoundaryState, floor int64, records map[int64][]byte, lim mergeLimits) *boundary {
+	t.Helper()
+	r := newBoundary()
+	r.lim = lim
+	for _, u := range st.Units {
+		var segs [][]byte
+		for _, o := range u.Offsets {
+			seg, ok := records[o]
+			if !ok {
+				t.Fatalf("seq %d: unit %d's segment at %d was dropped", seq, u.Seq, o)
+			}
+			segs = append(segs, seg)
+		}
+		n, err := r.replay(u.Seq, u.Offsets, segs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != u.Entries {
+			t.Fatalf("seq %d: unit %d reads back %d entries, the checkpoint counts %d", seq, u.Seq, n, u.Entries)
+		}
+	}
+	r.prune(floor)
+	if int64(r.Len()) != st.Entries {
+		t.Fatalf("seq %d: the checkpoint counts %d entries, the replay at its floor gives %d", seq, st.Entries, r.Len())
+	}
+	return r
+}
+
 // replayEqualsMemory is one run of TestBoundaryReplayEqualsMemory; it
 // counts the merges by rule in ran ("in part" for those that moved part of
-// a unit).
+// a unit), and the crashes and restarts.
 func replayEqualsMemory(t *testing.T, seed uint64, lim mergeLimits, ran map[string]int) {
 	rng := rand.New(rand.NewPCG(seed, 99))
 	b := newBoundary()
@@ -75,6 +115,8 @@ func replayEqualsMemory(t *testing.T, seed uint64, lim mergeLimits, ran map[stri
 	records := map[int64][]byte{} // offsets topic: offset -> segment
 	next := int64(0)
 	floor := int64(-1 << 62)
+	// The last commit: its checkpoint, floor and model.
+	committed, cfloor, cmodel := schemas.BoundaryState{Units: []schemas.BoundaryUnit{}}, floor, map[uint64]bModel{}
 	for seq := int64(1); seq <= 400; seq++ {
 		for range rng.IntN(300) {
 			id := fmt.Sprintf("k%d", rng.IntN(2000))
@@ -97,11 +139,7 @@ func replayEqualsMemory(t *testing.T, seed uint64, lim mergeLimits, ran map[stri
 			floor += int64(rng.IntN(2000))
 		}
 		b.prune(floor)
-		for h, m := range model {
-			if m.ts < floor {
-				delete(model, h)
-			}
-		}
+		maps.DeleteFunc(model, func(_ uint64, m bModel) bool { return m.ts < floor })
 		if p := b.plan(); p.rule != "" {
 			ran[p.rule]++
 			if p.part > 0 {
@@ -109,6 +147,14 @@ func replayEqualsMemory(t *testing.T, seed uint64, lim mergeLimits, ran map[stri
 			}
 		}
 		s := b.seal()
+		if rng.IntN(10) == 0 {
+			// The commit fails: the engine goes on from the last
+			// checkpoint (recover), whatever the seal changed.
+			ran["crash"]++
+			b = replayCheckpoint(t, seq, committed, cfloor, records, lim)
+			model, floor = maps.Clone(cmodel), cfloor
+			continue
+		}
 		var offs []int64
 		for _, seg := range s.segments {
 			records[next] = seg
@@ -121,10 +167,10 @@ func replayEqualsMemory(t *testing.T, seed uint64, lim mergeLimits, ran map[stri
 			}
 		}
 		// The checkpoint is built between the seal and done, as
-		// commit does; a restart checks its count against the
-		// replay (loadBoundary).
+		// commit does.
 		st := b.state("", floor, s, seq, offs)
 		b.done(s, seq, offs)
+		committed, cfloor, cmodel = st, floor, maps.Clone(model)
 		// What the next commit does first; entries that replaced
 		// a committed one were kept past the floor until written.
 		b.prune(floor)
@@ -132,25 +178,8 @@ func replayEqualsMemory(t *testing.T, seed uint64, lim mergeLimits, ran map[stri
 			t.Fatalf("seq %d: %d units live", seq, len(b.units))
 		}
 
-		// A restart: replay the units named by the "checkpoint".
-		r := newBoundary()
-		for _, u := range b.units {
-			var segs [][]byte
-			for _, o := range u.offsets {
-				seg, ok := records[o]
-				if !ok {
-					t.Fatalf("seq %d: unit %d's segment at %d was dropped", seq, u.seq, o)
-				}
-				segs = append(segs, seg)
-			}
-			if _, err := r.replay(u.seq, u.offsets, segs); err != nil {
-				t.Fatal(err)
-			}
-		}
-		r.prune(floor)
-		if int64(r.Len()) != st.Entries {
-			t.Fatalf("seq %d: the checkpoint counts %d entries, the replay at its floor gives %d", seq, st.Entries, r.Len())
-		}
+		// A restart from this checkpoint.
+		r := replayCheckpoint(t, seq, st, floor, records, lim)
 		mem, rep := b.contents(), r.contents()
 		if len(mem) != len(model) || len(rep) != len(model) {
 			t.Fatalf("seq %d: %d entries in memory, %d replayed, %d in the model", seq, len(mem), len(rep), len(model))
@@ -160,12 +189,27 @@ func replayEqualsMemory(t *testing.T, seed uint64, lim mergeLimits, ran map[stri
 				t.Fatalf("seq %d: key %x: model %+v, memory %+v, replayed %+v", seq, h, m, mem[h], rep[h])
 			}
 		}
+		if len(r.units) != len(b.units) {
+			t.Fatalf("seq %d: %d units replayed, %d in memory", seq, len(r.units), len(b.units))
+		}
 		var live int
-		for _, u := range b.units {
+		for i, u := range b.units {
+			ru := r.units[i]
+			if u.seq != ru.seq || u.entries != ru.entries || u.live != ru.live {
+				t.Fatalf("seq %d: unit %d: in memory seq %d, %d entries, %d current; replayed seq %d, %d, %d",
+					seq, i, u.seq, u.entries, u.live, ru.seq, ru.entries, ru.live)
+			}
 			live += u.live
 		}
 		if live != b.Len() {
 			t.Fatalf("seq %d: units count %d current entries, B has %d", seq, live, b.Len())
+		}
+		if b.written != r.written {
+			t.Fatalf("seq %d: %d entries written in the units in memory, %d replayed", seq, b.written, r.written)
+		}
+		if rng.IntN(5) == 0 {
+			ran["restart"]++
+			b = r // and the next transactions go on from the replay
 		}
 	}
 	t.Logf("%d units, %d entries written in them, %d in B, %d segment records kept", len(b.units), b.written, b.Len(), len(records))
