@@ -80,6 +80,10 @@ type CheckpointStore interface {
 	LastRun(ctx context.Context) (string, error)
 }
 
+// supersededEvery is how often an instance that committed nothing since
+// reads the ledger for a newer run of its connector.
+var supersededEvery = 30 * time.Second
+
 // DefaultHeadLookback is Config.HeadLookback's default.
 const DefaultHeadLookback = 100 * time.Millisecond
 
@@ -258,6 +262,9 @@ type Engine struct {
 	nestOpen    bool // the open full pass may run head passes between its pages
 	fullHeads   int
 	passStarted time.Time
+	// provenAt is when this run last showed it still owns the topic: a
+	// commit, the run start, or a ledger read that found no newer run.
+	provenAt time.Time
 	// headEnded is set by the end of a head pass for the commit that
 	// follows (CommitInfo.HeadPass).
 	headEnded bool
@@ -366,6 +373,15 @@ func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 		err := e.pass(ctx)
 		if err == nil && ctx.Err() == nil && e.sweepDue() {
 			_, err = e.Sweep(ctx, e.cfg.Topic)
+		}
+		if err == nil && ctx.Err() == nil && mode != Once && time.Since(e.provenAt) >= supersededEvery {
+			// Nothing committed for a while (a quiet table): no
+			// transaction of this run would have failed had another
+			// instance taken over, so the ledger is read instead
+			// (docs/design.md, "One writer").
+			if err = e.checkSuperseded(ctx); err == nil {
+				e.provenAt = time.Now()
+			}
 		}
 		if err == nil && ctx.Err() != nil {
 			// The pass was interrupted: what it had handed to the
@@ -600,6 +616,7 @@ func (e *Engine) startRun(ctx context.Context) error {
 		return fmt.Errorf("record the run start in the ledger: %w", err)
 	}
 	e.started = true
+	e.provenAt = time.Now()
 	e.log.Info("run started", "run_id", e.runID, "reason", e.startReason, "from", e.resumedFrom)
 	return nil
 }

@@ -107,6 +107,40 @@ func TestTwoLiveInstancesOneWriter(t *testing.T) {
 	r.assertOnce(m.expected(), "")
 }
 
+// An instance fenced while its table is quiet has nothing to commit, so
+// no transaction of its own fails; it still finds the newer run in the
+// ledger within a while (supersededEvery) and stops with ErrFenced,
+// instead of polling on and reporting itself ready.
+func TestQuietInstanceFindsItIsFenced(t *testing.T) {
+	defer connector.SetSupersededEvery(200 * time.Millisecond)()
+	r := newRig(t)
+	m := newMemTable()
+	for i := range 10 {
+		m.set(fmt.Sprintf("k%02d", i), t0.Add(time.Duration(i)*time.Second), "v1", false)
+	}
+	cfg := connector.Config{PageSize: 5, TxnMaxRecords: 5, PollInterval: 20 * time.Millisecond}
+	a, _ := r.engine(m, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var aErr error
+	aDone := make(chan struct{})
+	go func() { _, aErr = a.Run(ctx, connector.Continuous); close(aDone) }()
+	waitSeq(t, r, 2)
+
+	b, _ := r.engine(m, cfg) // fences A; the table stays as it is
+	if _, err := b.Run(context.Background(), connector.Once); err != nil {
+		t.Fatalf("instance B: %v", err)
+	}
+	select {
+	case <-aDone:
+	case <-time.After(20 * time.Second):
+		t.Fatal("instance A, fenced while its table was quiet, still runs 20s on")
+	}
+	if !errors.Is(aErr, connector.ErrFenced) {
+		t.Errorf("instance A: want ErrFenced, got %v", aErr)
+	}
+}
+
 // failOnce fails the next page after arm is called, once.
 type failOnce struct {
 	connector.Source
