@@ -101,7 +101,8 @@ type Config struct {
 	// took longer); with Wake, the pause after a pass before the timer
 	// starts a full pass. Default 1s.
 	PollInterval time.Duration
-	// PollJitter is the fraction (0..1) of PollInterval randomised; default 0.
+	// PollJitter is the fraction (0..1) of PollInterval by which each
+	// interval is shortened at random, never lengthened; default 0.
 	PollJitter float64
 	// Wake, when set, starts the next pass at once when it receives,
 	// instead of waiting out the poll interval (a change notification from
@@ -248,7 +249,9 @@ type Engine struct {
 	// woke is set when the last idle ended on a wake-up; fullAt is when the
 	// last full pass ended in this process (docs/design.md, "Head
 	// passes").
-	woke   bool
+	woke bool
+	// wokeAt is when the last wake-up was received.
+	wokeAt time.Time
 	fullAt time.Time
 	// steps are the head passes finished and committed since the last
 	// full pass, for the next one (PageRequest.Steps).
@@ -787,10 +790,12 @@ func (e *Engine) fingerprintStop(cp *schemas.Checkpoint) error {
 	}
 }
 
+// pollDelay is the poll interval less its jitter.
 func (e *Engine) pollDelay() time.Duration {
 	d := e.cfg.PollInterval
 	if j := e.cfg.PollJitter; j > 0 {
-		d += time.Duration((mrand.Float64()*2 - 1) * j * float64(d))
+		// Only ever shorter: the interval is what a change may wait.
+		d -= time.Duration(mrand.Float64() * j * float64(d))
 	}
 	return d
 }
@@ -798,15 +803,21 @@ func (e *Engine) pollDelay() time.Duration {
 // idle waits between two passes. Without Wake, until the poll interval
 // after the last pass started (at once when that pass took longer), so
 // that a change waits at most the interval and one pass (docs/design.md,
-// "Polling"). With Wake, the poll interval after the last pass ended, or
-// less when Wake receives (then at least MinPassGap after the last pass
-// started). It reports false when ctx ended.
+// "Polling"). With Wake, the same while no wake-up has come for a poll
+// interval (a quiet table, or notifications lost); otherwise the poll
+// interval after the last pass ended, or less when Wake receives (then at
+// least MinPassGap after the last pass started). It reports false when ctx
+// ended.
 func (e *Engine) idle(ctx context.Context) bool {
 	if e.cfg.Wake == nil {
 		return e.sleep(ctx, max(e.pollDelay()-time.Since(e.passStarted), 0))
 	}
 	d := e.pollDelay()
-	if e.cp.HeadsSinceFull && !e.fullAt.IsZero() {
+	if time.Since(e.wokeAt) >= e.cfg.PollInterval {
+		// Polling is the safety net now: a lost notification costs
+		// what a change costs without notifications.
+		d = max(d-time.Since(e.passStarted), 0)
+	} else if e.cp.HeadsSinceFull && !e.fullAt.IsZero() {
 		// Head passes ran since the last full pass: the next full pass
 		// is due a poll interval after that one ended, not after the
 		// last head pass (docs/design.md, "Head passes").
@@ -820,7 +831,7 @@ func (e *Engine) idle(ctx context.Context) bool {
 	case <-t.C:
 		return true
 	case <-e.cfg.Wake:
-		e.woke = true
+		e.woke, e.wokeAt = true, time.Now()
 		if gap := e.cfg.MinPassGap - time.Since(e.passStarted); gap > 0 {
 			return e.sleep(ctx, gap)
 		}

@@ -456,6 +456,7 @@ func (e *Engine) wakePending() bool {
 	}
 	select {
 	case <-e.cfg.Wake:
+		e.wokeAt = time.Now()
 		return true
 	default:
 		return false

@@ -571,32 +571,43 @@ func keepWaking(ctx context.Context, wake chan<- struct{}) {
 // interval and one pass to be read; a pass longer than the interval is
 // followed by the next at once. (Counted from a pass's end, a change
 // committed just after a pass's snapshot would wait for that pass to end,
-// the interval and the next pass.)
+// the interval and the next pass.) The same holds with source.notify when
+// no notification arrives (a quiet table, or notifications lost): polling
+// is then the safety net, and a lost notification costs no more than it.
 func TestPollIntervalSpacesPassStarts(t *testing.T) {
-	r := newRig(t)
-	m := newMemTable()
-	m.set("a", t0, "v1", false)
-	src := &passStarts{memTable: m}
-	const poll = 300 * time.Millisecond
-	e, _ := r.engine(src, connector.Config{PollInterval: poll})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { _, err := e.Run(ctx, connector.Continuous); done <- err }()
-	// Passes shorter than the interval: one per interval (a pass's commit
-	// and the rest take some milliseconds besides the slow page: hence
-	// the tolerance, half-way to what counting from the end gives).
-	const short = 200 * time.Millisecond
-	if d := medianDuration(src.gaps(t, 5, short)); d < poll-20*time.Millisecond || d > poll+short/2 {
-		t.Errorf("passes of %s started a median %s apart; the poll interval is %s (from the end of a pass it would be %s)", short, d, poll, poll+short)
-	}
-	// Passes longer than the interval: back to back.
-	const slow = 400 * time.Millisecond
-	if d := medianDuration(src.gaps(t, 4, slow)); d > slow+poll/2 {
-		t.Errorf("passes of %s started a median %s apart: the poll interval was added after each pass's end", slow, d)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	for _, notify := range []bool{false, true} {
+		t.Run(fmt.Sprintf("notify=%v", notify), func(t *testing.T) {
+			r := newRig(t)
+			m := newMemTable()
+			m.set("a", t0, "v1", false)
+			src := &passStarts{memTable: m}
+			const poll = 300 * time.Millisecond
+			cfg := connector.Config{PollInterval: poll}
+			if notify {
+				cfg.Wake = make(chan struct{}, 1) // never signalled
+			}
+			e, _ := r.engine(src, cfg)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { _, err := e.Run(ctx, connector.Continuous); done <- err }()
+			// Passes shorter than the interval: one per interval (a
+			// pass's commit and the rest take some milliseconds besides
+			// the slow page: hence the tolerance, half-way to what
+			// counting from the end gives).
+			const short = 200 * time.Millisecond
+			if d := medianDuration(src.gaps(t, 5, short)); d < poll-20*time.Millisecond || d > poll+short/2 {
+				t.Errorf("passes of %s started a median %s apart; the poll interval is %s (from the end of a pass it would be %s)", short, d, poll, poll+short)
+			}
+			// Passes longer than the interval: back to back.
+			const slow = 400 * time.Millisecond
+			if d := medianDuration(src.gaps(t, 4, slow)); d > slow+poll/2 {
+				t.Errorf("passes of %s started a median %s apart: the poll interval was added after each pass's end", slow, d)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

@@ -61,3 +61,20 @@ func TestWindowLayout(t *testing.T) {
 		}
 	}
 }
+
+// The poll jitter only ever shortens the interval: the interval is what a
+// change may wait for the next pass to start (docs/design.md, "Polling").
+func TestPollJitterOnlyShortens(t *testing.T) {
+	e := &Engine{cfg: Config{PollInterval: time.Second, PollJitter: 0.2}}
+	lo, hi := time.Second, time.Duration(0)
+	for range 10000 {
+		d := e.pollDelay()
+		lo, hi = min(lo, d), max(hi, d)
+	}
+	if hi > time.Second || lo < 800*time.Millisecond {
+		t.Errorf("intervals of 1s with jitter 0.2 ranged %s to %s; want within 800ms to 1s", lo, hi)
+	}
+	if hi-lo < 150*time.Millisecond {
+		t.Errorf("intervals ranged %s to %s only: no jitter", lo, hi)
+	}
+}

@@ -267,8 +267,8 @@ type SyncConfig struct {
 	// one pass to the start of the next (with source.notify, the pause
 	// after a pass before the next full pass). Default 1s.
 	PollInterval Duration `yaml:"poll_interval"`
-	// PollJitter is the random fraction (0..1) added to or removed from
-	// PollInterval. Default 0.2.
+	// PollJitter is the random fraction (0..1) by which each poll interval
+	// is shortened, never lengthened. Default 0.2.
 	PollJitter float64 `yaml:"poll_jitter"`
 	// TxnMaxRecords bounds the records of one Kafka transaction; a
 	// transaction holds at least one page. Default 10000.
