@@ -326,8 +326,7 @@ type sealed struct {
 // current entries of the oldest units into the committing one, which lets
 // them be dropped. Each commit may re-emit up to its budget: four times the
 // entries it changed itself, at least minMergeBudget, and at least a
-// (hardMaxUnits/2)th of B: so many units of a budget hold B twice over, and
-// the hard limit is not what keeps a large B's units few. A commit merges
+// (hardMaxUnits/2)th of B. A commit merges
 // the longest run of oldest units that fits in its budget when more than
 // maxUnits are live and at least two units fit. Otherwise, once past
 // halfway to hardMaxUnits (until then the oldest units' entries may still
@@ -335,10 +334,11 @@ type sealed struct {
 // plus rewriteSlack entries, or when the oldest lies more than
 // maxUnitDistance offsets behind the newest, it merges that run and fills
 // the rest of the budget with part of the next unit, so that a unit larger
-// than the budget is re-emitted over several commits. Past hardMaxUnits,
-// when fewer than two units fit, it merges the two oldest whatever they
-// hold, so that the checkpoint's list of units stays bounded: the one
-// merge that can exceed the budget.
+// than the budget is re-emitted over several commits; past halfway, that
+// part is at least the share of the unit that empties it by hardMaxUnits,
+// which may exceed the budget. Past hardMaxUnits, when fewer than two units
+// fit, it merges the two oldest whatever they hold, so that the
+// checkpoint's list of units stays bounded.
 const (
 	maxUnits        = 64
 	hardMaxUnits    = 256
@@ -467,6 +467,16 @@ func (b *boundary) plan() mergePlan {
 	case n > lim.units && k >= 2:
 		return mergePlan{units: k, rule: "units"}
 	case n > (lim.units+lim.hardUnits)/2:
+		// At least the share of the next unit that empties it by the
+		// hard limit, one unit more each commit: a unit far larger than
+		// the budget is moved a share at a time, not all at once there.
+		if k < n {
+			share := (b.units[k].live + lim.hardUnits - n) / (lim.hardUnits - n + 1)
+			part = max(part, share-live)
+			if part >= b.units[k].live {
+				return mergePlan{units: k + 1, rule: "units, in part"}
+			}
+		}
 		return mergePlan{units: k, part: part, rule: "units, in part"}
 	case b.written > 2*int64(b.live)+lim.slack:
 		return mergePlan{units: k, part: part, rule: "written"}
