@@ -305,9 +305,11 @@ type Engine struct {
 	lastEnd     endEvidence
 	lastSweep   *SweepResult
 	passesRun   int
-	// loadEnded: the last pass ended a moving initial load in key order
-	// (Once runs one more pass, for what changed while the load ran).
-	loadEnded bool
+	// loadEnded: the last pass ended a moving initial load in key order,
+	// or a consistent one resumed under a new snapshot (Once runs one more
+	// pass, for what changed while the load ran); loadResumed: this
+	// process resumed the open load in key order.
+	loadEnded, loadResumed bool
 }
 
 type endEvidence struct {

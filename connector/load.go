@@ -81,6 +81,7 @@ func (e *Engine) keyLoad(ctx context.Context, now time.Time) error {
 		}
 	}
 	if resume {
+		e.loadResumed = true
 		e.log.Info("resuming the initial load in key order", "ranges_left", e.rangesLeft(), "ranges", len(e.cp.Load.Ranges),
 			"consistent", consistent, "watermark_after_load", e.cp.PassHorizon)
 	} else {

@@ -739,8 +739,16 @@ func (e *Engine) endPass(ctx context.Context) error {
 	}
 	// A moving load in key order leaves the topic as of no moment: --once
 	// goes on to the pass that catches up. A consistent load leaves it
-	// equal to the table as of its snapshot, where --once stops.
-	e.loadEnded = wasPass == schemas.PhaseLoad && e.cp.Load != nil && !e.cp.Load.Consistent
+	// equal to the table as of its snapshot, where --once stops; resumed
+	// under a new snapshot, its ranges hold two snapshots' rows, and a row
+	// changed in between behind a range's cursor is only the next pass's.
+	// (A consistent load in (updated_at, id) order needs no such pass: a
+	// row changed in between moved past the cursor, where the resumed load
+	// reads it.)
+	e.loadEnded = wasPass == schemas.PhaseLoad && e.cp.Load != nil && (!e.cp.Load.Consistent || e.loadResumed)
+	if wasPass == schemas.PhaseLoad {
+		e.loadResumed = false
+	}
 	e.cp.Phase = schemas.PhaseIdle
 	e.cp.Cursor, e.cp.PassLow, e.cp.PassMax, e.cp.PassHorizon = "", "", "", ""
 	e.cp.Load = nil

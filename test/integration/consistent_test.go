@@ -72,7 +72,9 @@ func interruptConsistentLoad(t *testing.T, r *rig.Rig, cfg connector.Config) {
 // from its committed cursor under a new snapshot, never from scratch, and
 // keeps the first snapshot's start as the watermark it hands to the
 // incremental passes. Rows changed between the runs, before and after the
-// cursor, are each published once.
+// cursor, are each published once; a row changed between the runs has a
+// newer updated_at, past the cursor, so the resumed load itself reads it
+// and the topic equals the table when `run --once` returns.
 func TestConsistentLoadResumes(t *testing.T) {
 	r := newRig(t, rig.ItemsDDL, "items")
 	r.Seed(1, 60, time.Second)
@@ -102,7 +104,6 @@ func TestConsistentLoadResumes(t *testing.T) {
 	if w, _ := schemas.ParseTime(cp.Watermark); w.Before(first) {
 		t.Errorf("watermark %s after the resumed load is before the first snapshot's start %s", cp.Watermark, stopped.PassHorizon)
 	}
-	r.Once(r.Src, cfg)
 	st := r.AssertTable()
 	rig.AssertNoDupes(t, st)
 }
