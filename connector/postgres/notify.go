@@ -287,6 +287,7 @@ func Listen(ctx context.Context, cfg Config, lc ListenConfig) (*Listener, error)
 	if cfg.Password != "" {
 		cc.Password = cfg.Password
 	}
+	dialSettings(&cc.Config)
 	if cc.RuntimeParams["application_name"] == "" {
 		cc.RuntimeParams["application_name"] = "tidemark-notify"
 	}

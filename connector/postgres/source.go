@@ -344,6 +344,7 @@ func connect(ctx context.Context, cfg Config, conns int32) (*pgxpool.Pool, error
 	if cfg.Password != "" {
 		pc.ConnConfig.Password = cfg.Password
 	}
+	dialSettings(&pc.ConnConfig.Config)
 	rp := pc.ConnConfig.RuntimeParams
 	// The value encoding (docs/design.md, "Records") depends on these: timestamps print in
 	// UTC and ISO order, floats print shortest-exact, bytea prints hex.
