@@ -279,35 +279,9 @@ func TestLoadWorkersNeedThePool(t *testing.T) {
 // free.
 func TestSnapshotSessionsDoNotHoldAndWait(t *testing.T) {
 	defer postgres.SetSessionWait(300 * time.Millisecond)()
-	db := harness.NewDB(t)
-	db.Exec(t, `CREATE TABLE items (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)`)
-	db.Exec(t, `INSERT INTO items SELECT g, now() FROM generate_series(1, 100) g`)
 	ctx := context.Background()
-	pc, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc.MaxConns = 5
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	cfg := config(db, "items")
-	cfg.LoadWorkers = 3
-	src, err := postgres.NewOnPool(ctx, cfg, pool)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Another task's snapshot, part way: three of the five sessions.
-	var held []*pgxpool.Conn
-	for range 3 {
-		c, err := pool.Acquire(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, c)
-	}
+	pool, src, held := sharedPool(t, 3, nil)
 	done := make(chan error, 1)
 	go func() {
 		snap, err := src.SnapshotSessions(ctx, 3)
@@ -347,35 +321,10 @@ func TestSnapshotSessionsDoNotHoldAndWait(t *testing.T) {
 // timeout as soon as it holds the snapshot, so the exporting session
 // survives the wait and the last session can still import the snapshot.
 func TestSnapshotSessionsOutwaitTheIdleTimeout(t *testing.T) {
-	db := harness.NewDB(t)
-	db.Exec(t, `CREATE TABLE items (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)`)
-	db.Exec(t, `INSERT INTO items SELECT g, now() FROM generate_series(1, 100) g`)
 	ctx := context.Background()
-	pc, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc.MaxConns = 5
-	pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = "200"
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	src, err := postgres.NewOnPool(ctx, config(db, "items"), pool)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Another task holds three of the five connections, and gives one
 	// back 800 ms on: the third session waits that long.
-	var held []*pgxpool.Conn
-	for range 3 {
-		c, err := pool.Acquire(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, c)
-	}
+	_, src, held := sharedPool(t, 0, map[string]string{"idle_in_transaction_session_timeout": "200"})
 	defer func() {
 		for _, c := range held {
 			c.Release()
@@ -398,4 +347,44 @@ func TestSnapshotSessionsOutwaitTheIdleTimeout(t *testing.T) {
 	if len(got) != 100 {
 		t.Errorf("read %d rows through the snapshot's sessions, want 100", len(got))
 	}
+}
+
+// sharedPool is a pool of five connections (with the runtime parameters
+// params) shared with another task, which holds three of them (held, for
+// the caller to give back), and a source with loadWorkers on it, on a
+// table of 100 rows; the pool closes at cleanup.
+func sharedPool(t *testing.T, loadWorkers int, params map[string]string) (*pgxpool.Pool, *postgres.Source, []*pgxpool.Conn) {
+	t.Helper()
+	db := harness.NewDB(t)
+	db.Exec(t, `CREATE TABLE items (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)`)
+	db.Exec(t, `INSERT INTO items SELECT g, now() FROM generate_series(1, 100) g`)
+	ctx := context.Background()
+	pc, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns = 5
+	for k, v := range params {
+		pc.ConnConfig.RuntimeParams[k] = v
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	cfg := config(db, "items")
+	cfg.LoadWorkers = loadWorkers
+	src, err := postgres.NewOnPool(ctx, cfg, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []*pgxpool.Conn
+	for range 3 {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	return pool, src, held
 }
