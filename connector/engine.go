@@ -265,9 +265,10 @@ type Engine struct {
 	nestOpen    bool // the open full pass may run head passes between its pages
 	fullHeads   int
 	passStarted time.Time
-	// provenAt is when this run last showed it still owns the topic: a
-	// commit, the run start, or a ledger read that found no newer run.
-	provenAt time.Time
+	// lookAt is when this run looks in the ledger for a newer one next
+	// (lookForNewerRun): supersededEvery after its start, its last commit
+	// or its last look.
+	lookAt time.Time
 	// headEnded is set by the end of a head pass for the commit that
 	// follows (CommitInfo.HeadPass).
 	headEnded bool
@@ -379,14 +380,8 @@ func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 		if err == nil && ctx.Err() == nil && e.sweepDue() {
 			_, err = e.Sweep(ctx, e.cfg.Topic)
 		}
-		if err == nil && ctx.Err() == nil && mode != Once && time.Since(e.provenAt) >= supersededEvery {
-			// Nothing committed for a while (a quiet table): no
-			// transaction of this run would have failed had another
-			// instance taken over, so the ledger is read instead
-			// (docs/design.md, "One writer").
-			if err = e.checkSuperseded(ctx); err == nil {
-				e.provenAt = time.Now()
-			}
+		if err == nil && ctx.Err() == nil && mode != Once && !time.Now().Before(e.lookAt) {
+			err = e.lookForNewerRun(ctx) // passes that commit nothing
 		}
 		if err == nil && ctx.Err() != nil {
 			// The pass was interrupted: what it had handed to the
@@ -405,10 +400,15 @@ func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 				}
 				return e.completion(started, "caught up"), nil
 			}
-			if !e.idle(ctx) {
+			ok, err := e.idle(ctx)
+			if err == nil && !ok {
 				return e.completion(started, "stopped by signal"), nil
 			}
-			continue
+			if err == nil {
+				continue
+			}
+			e.cfg.Observer.ObserveStop(stopKind(err))
+			return e.completion(started, "stopped: "+err.Error()), err
 		}
 		if ctx.Err() != nil && !Fatal(err) {
 			return e.completion(started, "stopped by signal"), nil
@@ -621,7 +621,7 @@ func (e *Engine) startRun(ctx context.Context) error {
 		return fmt.Errorf("record the run start in the ledger: %w", err)
 	}
 	e.started = true
-	e.provenAt = time.Now()
+	e.lookAt = time.Now().Add(supersededEvery)
 	e.log.Info("run started", "run_id", e.runID, "reason", e.startReason, "from", e.resumedFrom)
 	return nil
 }
@@ -808,37 +808,81 @@ func (e *Engine) pollDelay() time.Duration {
 // "Polling"). With Wake, the same while no wake-up has come for a poll
 // interval (a quiet table, or notifications lost); otherwise the poll
 // interval after the last pass ended, or less when Wake receives (then at
-// least MinPassGap after the last pass started). It reports false when ctx
-// ended.
-func (e *Engine) idle(ctx context.Context) bool {
+// least MinPassGap after the last pass started). A wake-up that came
+// during the pass is taken at once. While it waits, it looks for a newer
+// run in the ledger when one is due (lookForNewerRun). It reports false
+// when ctx ended, or the fatal error of that look.
+func (e *Engine) idle(ctx context.Context) (bool, error) {
+	var d time.Duration
 	if e.cfg.Wake == nil {
-		return e.sleep(ctx, max(e.pollDelay()-time.Since(e.passStarted), 0))
-	}
-	d := e.pollDelay()
-	if time.Since(e.wokeAt) >= e.cfg.PollInterval {
-		// Polling is the safety net now: a lost notification costs
-		// what a change costs without notifications.
-		d = max(d-time.Since(e.passStarted), 0)
-	} else if e.cp.HeadsSinceFull && !e.fullAt.IsZero() {
-		// Head passes ran since the last full pass: the next full pass
-		// is due a poll interval after that one ended, not after the
-		// last head pass (docs/design.md, "Head passes").
-		d = max(min(d, time.Until(e.fullAt.Add(e.cfg.PollInterval))), 0)
+		d = max(e.pollDelay()-time.Since(e.passStarted), 0)
+	} else {
+		select {
+		case <-e.cfg.Wake:
+			return e.woken(ctx), nil
+		default:
+		}
+		d = e.pollDelay()
+		if time.Since(e.wokeAt) >= e.cfg.PollInterval {
+			// Polling is the safety net now: a lost notification costs
+			// what a change costs without notifications.
+			d = max(d-time.Since(e.passStarted), 0)
+		} else if e.cp.HeadsSinceFull && !e.fullAt.IsZero() {
+			// Head passes ran since the last full pass: the next full pass
+			// is due a poll interval after that one ended, not after the
+			// last head pass (docs/design.md, "Head passes").
+			d = max(min(d, time.Until(e.fullAt.Add(e.cfg.PollInterval))), 0)
+		}
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	case <-e.cfg.Wake:
-		e.woke, e.wokeAt = true, time.Now()
-		if gap := e.cfg.MinPassGap - time.Since(e.passStarted); gap > 0 {
-			return e.sleep(ctx, gap)
+	for {
+		look := time.NewTimer(max(time.Until(e.lookAt), 0))
+		select {
+		case <-ctx.Done():
+			look.Stop()
+			return false, nil
+		case <-t.C:
+			look.Stop()
+			return true, nil
+		case <-e.cfg.Wake: // never ready when nil
+			look.Stop()
+			return e.woken(ctx), nil
+		case <-look.C:
+			if err := e.lookForNewerRun(ctx); err != nil {
+				return false, err
+			}
 		}
-		return true
 	}
+}
+
+// woken takes a wake-up: the next pass starts at least MinPassGap after
+// the last one started. It reports false when ctx ended.
+func (e *Engine) woken(ctx context.Context) bool {
+	e.woke, e.wokeAt = true, time.Now()
+	if gap := e.cfg.MinPassGap - time.Since(e.passStarted); gap > 0 {
+		return e.sleep(ctx, gap)
+	}
+	return true
+}
+
+// lookForNewerRun reads the ledger for a run of this connector newer than
+// this one, as recover does, when this run has committed nothing for
+// supersededEvery (a quiet table): no transaction of its own would fail
+// had another instance taken over (docs/design.md, "One writer"). It
+// returns only a fatal error (ErrFenced); one that may pass, such as a
+// ledger that cannot be read now, is logged, and the ledger looked at
+// again supersededEvery later: it is not a failure of the run.
+func (e *Engine) lookForNewerRun(ctx context.Context) error {
+	err := e.checkSuperseded(ctx)
+	e.lookAt = time.Now().Add(supersededEvery)
+	if err == nil || Fatal(err) {
+		return err
+	}
+	if ctx.Err() == nil {
+		e.log.Warn("could not look in the ledger for another instance that took over; will look again", "err", err, "in", supersededEvery)
+	}
+	return nil
 }
 
 // headNext reports whether the pass about to start from idle is a head

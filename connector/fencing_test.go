@@ -4,13 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/offsets"
+	"github.com/tidemark/tidemark/producer"
 	"github.com/tidemark/tidemark/schemas"
+	"github.com/tidemark/tidemark/test/harness"
 )
 
 // ledgerChain checks the one-writer invariant on the ledger: every
@@ -110,31 +115,111 @@ func TestTwoLiveInstancesOneWriter(t *testing.T) {
 // An instance fenced while its table is quiet has nothing to commit, so
 // no transaction of its own fails; it still finds the newer run in the
 // ledger within a while (supersededEvery) and stops with ErrFenced,
-// instead of polling on and reporting itself ready.
+// instead of polling on and reporting itself ready: also while it waits
+// out a poll interval far longer than that (with notifications, an hour
+// is a fair setting).
 func TestQuietInstanceFindsItIsFenced(t *testing.T) {
 	defer connector.SetSupersededEvery(200 * time.Millisecond)()
+	for _, poll := range []time.Duration{20 * time.Millisecond, time.Hour} {
+		t.Run(poll.String(), func(t *testing.T) {
+			r := newRig(t)
+			m := newMemTable()
+			for i := range 10 {
+				m.set(fmt.Sprintf("k%02d", i), t0.Add(time.Duration(i)*time.Second), "v1", false)
+			}
+			cfg := connector.Config{PageSize: 5, TxnMaxRecords: 5, PollInterval: poll}
+			a, _ := r.engine(m, cfg)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var aErr error
+			aDone := make(chan struct{})
+			go func() { _, aErr = a.Run(ctx, connector.Continuous); close(aDone) }()
+			waitSeq(t, r, 2)
+
+			b, _ := r.engine(m, cfg) // fences A; the table stays as it is
+			if _, err := b.Run(context.Background(), connector.Once); err != nil {
+				t.Fatalf("instance B: %v", err)
+			}
+			select {
+			case <-aDone:
+			case <-time.After(20 * time.Second):
+				t.Fatal("instance A, fenced while its table was quiet, still runs 20s on")
+			}
+			if !errors.Is(aErr, connector.ErrFenced) {
+				t.Errorf("instance A: want ErrFenced, got %v", aErr)
+			}
+		})
+	}
+}
+
+// flakyLedger fails LastRun while armed, and counts the checkpoint loads.
+type flakyLedger struct {
+	connector.CheckpointStore
+	armed, loads atomic.Int64
+}
+
+func (s *flakyLedger) LastRun(ctx context.Context) (string, error) {
+	if s.armed.Load() != 0 {
+		return "", errors.New("injected: ledger read timed out")
+	}
+	return s.CheckpointStore.LastRun(ctx)
+}
+
+func (s *flakyLedger) Load(ctx context.Context) (*schemas.Checkpoint, error) {
+	s.loads.Add(1)
+	return s.CheckpointStore.Load(ctx)
+}
+
+// The quiet instance's look at the ledger is only a look: when the ledger
+// cannot be read, the run goes on as it was (no retry of a failure, no
+// new producer session, no reload of the checkpoint and the dedupe set)
+// and looks again later; it finds a newer run once the ledger answers.
+func TestQuietInstanceLedgerFailureIsNoFailure(t *testing.T) {
+	defer connector.SetSupersededEvery(100 * time.Millisecond)()
 	r := newRig(t)
 	m := newMemTable()
-	for i := range 10 {
-		m.set(fmt.Sprintf("k%02d", i), t0.Add(time.Duration(i)*time.Second), "v1", false)
+	m.set("k1", t0, "v1", false)
+	w, err := producer.New(context.Background(), producer.Config{Name: r.name, Topic: r.topic, OffsetsTopic: r.offsets, LedgerTopic: r.ledger, Opts: r.opts})
+	if err != nil {
+		t.Fatal(err)
 	}
-	cfg := connector.Config{PageSize: 5, TxnMaxRecords: 5, PollInterval: 20 * time.Millisecond}
-	a, _ := r.engine(m, cfg)
+	t.Cleanup(w.Close)
+	store := &flakyLedger{CheckpointStore: r.store()}
+	var logs harness.SyncBuffer
+	a, err := connector.New(connector.Config{Name: r.name, Fingerprint: "fp1", PollInterval: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))}, m, w, store)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var aErr error
 	aDone := make(chan struct{})
 	go func() { _, aErr = a.Run(ctx, connector.Continuous); close(aDone) }()
-	waitSeq(t, r, 2)
-
-	b, _ := r.engine(m, cfg) // fences A; the table stays as it is
+	waitSeq(t, r, 1)
+	loads := store.loads.Load()
+	store.armed.Store(1)
+	time.Sleep(time.Second) // some ten looks at the ledger, all failing
+	store.armed.Store(0)
+	select {
+	case <-aDone:
+		t.Fatalf("instance A stopped while the ledger could not be read: %v", aErr)
+	default:
+	}
+	if strings.Contains(logs.String(), "transient failure") || store.loads.Load() != loads {
+		t.Errorf("a look at the ledger that failed was taken for a failure of the run (checkpoint loads %d -> %d):\n%s", loads, store.loads.Load(), logs.String())
+	}
+	if !strings.Contains(logs.String(), "injected: ledger read timed out") {
+		t.Errorf("the failed looks at the ledger were not logged:\n%s", logs.String())
+	}
+	b, _ := r.engine(m, connector.Config{}) // fences A
 	if _, err := b.Run(context.Background(), connector.Once); err != nil {
 		t.Fatalf("instance B: %v", err)
 	}
 	select {
 	case <-aDone:
 	case <-time.After(20 * time.Second):
-		t.Fatal("instance A, fenced while its table was quiet, still runs 20s on")
+		t.Fatal("instance A still runs 20s after instance B took over")
 	}
 	if !errors.Is(aErr, connector.ErrFenced) {
 		t.Errorf("instance A: want ErrFenced, got %v", aErr)

@@ -871,7 +871,7 @@ func (e *Engine) commit(ctx context.Context) error {
 		return staged("kafka", fmt.Errorf("commit transaction seq %d: %w", e.cp.Seq, err))
 	}
 	e.b.done(sealed, e.cp.Seq, unitOffsets)
-	e.provenAt = time.Now()
+	e.lookAt = time.Now().Add(supersededEvery)
 	failpoint.Hit(failpoint.AfterCommit)
 	e.observeCommit(time.Since(took))
 	e.log.Info("committed", "seq", e.cp.Seq, "records", e.txRecords, "pages", e.txPages,
