@@ -1,8 +1,11 @@
 package connector
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"github.com/tidemark/tidemark/schemas"
 )
 
 // TestWindowLayout: the number of windows follows the dedupe set's size
@@ -76,5 +79,25 @@ func TestPollJitterOnlyShortens(t *testing.T) {
 	}
 	if hi-lo < 150*time.Millisecond {
 		t.Errorf("intervals ranged %s to %s only: no jitter", lo, hi)
+	}
+}
+
+// A wake-up that came while a pass ran longer than the poll interval is
+// taken, not left to race the poll timer, which is already due then: the
+// next pass is the one the notification asked for (a head pass), not a
+// full pass by the toss of select.
+func TestIdleTakesAWaitingWakeUp(t *testing.T) {
+	wake := make(chan struct{}, 1)
+	e := &Engine{cfg: Config{PollInterval: 100 * time.Millisecond, Wake: wake}, cp: &schemas.Checkpoint{},
+		lookAt: time.Now().Add(time.Hour)}
+	for i := range 200 {
+		e.woke, e.wokeAt, e.passStarted = false, time.Now().Add(-time.Second), time.Now().Add(-time.Second)
+		wake <- struct{}{}
+		if ok, err := e.idle(context.Background()); !ok || err != nil {
+			t.Fatalf("idle: %v, %v", ok, err)
+		}
+		if !e.woke {
+			t.Fatalf("round %d: the poll timer ended the wait with a wake-up waiting", i)
+		}
 	}
 }
