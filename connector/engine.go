@@ -400,15 +400,14 @@ func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 				}
 				return e.completion(started, "caught up"), nil
 			}
-			ok, err := e.idle(ctx)
-			if err == nil && !ok {
-				return e.completion(started, "stopped by signal"), nil
-			}
-			if err == nil {
+			var ok bool
+			if ok, err = e.idle(ctx); err == nil {
+				if !ok {
+					return e.completion(started, "stopped by signal"), nil
+				}
 				continue
 			}
-			e.cfg.Observer.ObserveStop(stopKind(err))
-			return e.completion(started, "stopped: "+err.Error()), err
+			// A fatal error of idle's look in the ledger: stopped below.
 		}
 		if ctx.Err() != nil && !Fatal(err) {
 			return e.completion(started, "stopped by signal"), nil
@@ -836,22 +835,21 @@ func (e *Engine) idle(ctx context.Context) (bool, error) {
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
+	look := time.NewTimer(max(time.Until(e.lookAt), 0))
+	defer look.Stop()
 	for {
-		look := time.NewTimer(max(time.Until(e.lookAt), 0))
 		select {
 		case <-ctx.Done():
-			look.Stop()
 			return false, nil
 		case <-t.C:
-			look.Stop()
 			return true, nil
 		case <-e.cfg.Wake: // never ready when nil
-			look.Stop()
 			return e.woken(ctx), nil
 		case <-look.C:
 			if err := e.lookForNewerRun(ctx); err != nil {
 				return false, err
 			}
+			look.Reset(time.Until(e.lookAt))
 		}
 	}
 }
