@@ -61,9 +61,7 @@ func TestTwoLiveInstancesOneWriter(t *testing.T) {
 	a, _ := r.engine(srcA, cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var aErr error
-	aDone := make(chan struct{})
-	go func() { _, aErr = a.Run(ctx, connector.Continuous); close(aDone) }()
+	runA := inBackground(ctx, a)
 	waitSeq(t, r, 3)
 
 	b, _ := r.engine(m, cfg) // fences A
@@ -79,14 +77,7 @@ func TestTwoLiveInstancesOneWriter(t *testing.T) {
 		m.set(fmt.Sprintf("n%02d", i), time.Now(), "new", false)
 		time.Sleep(20 * time.Millisecond)
 	}
-	select {
-	case <-aDone:
-	case <-time.After(30 * time.Second):
-		t.Fatal("instance A still runs 30s after instance B took over")
-	}
-	if !errors.Is(aErr, connector.ErrFenced) {
-		t.Errorf("instance A: want ErrFenced, got %v", aErr)
-	}
+	runA.fenced(t, 30*time.Second, "instance A (instance B took over)")
 	bcancel()
 	<-bDone
 	if bErr != nil {
@@ -131,23 +122,14 @@ func TestQuietInstanceFindsItIsFenced(t *testing.T) {
 			a, _ := r.engine(m, cfg)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			var aErr error
-			aDone := make(chan struct{})
-			go func() { _, aErr = a.Run(ctx, connector.Continuous); close(aDone) }()
+			runA := inBackground(ctx, a)
 			waitSeq(t, r, 2)
 
 			b, _ := r.engine(m, cfg) // fences A; the table stays as it is
 			if _, err := b.Run(context.Background(), connector.Once); err != nil {
 				t.Fatalf("instance B: %v", err)
 			}
-			select {
-			case <-aDone:
-			case <-time.After(20 * time.Second):
-				t.Fatal("instance A, fenced while its table was quiet, still runs 20s on")
-			}
-			if !errors.Is(aErr, connector.ErrFenced) {
-				t.Errorf("instance A: want ErrFenced, got %v", aErr)
-			}
+			runA.fenced(t, 20*time.Second, "instance A (fenced while its table was quiet)")
 		})
 	}
 }
@@ -193,17 +175,15 @@ func TestQuietInstanceLedgerFailureIsNoFailure(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var aErr error
-	aDone := make(chan struct{})
-	go func() { _, aErr = a.Run(ctx, connector.Continuous); close(aDone) }()
+	runA := inBackground(ctx, a)
 	waitSeq(t, r, 1)
 	loads := store.loads.Load()
 	store.armed.Store(1)
 	time.Sleep(time.Second) // some ten looks at the ledger, all failing
 	store.armed.Store(0)
 	select {
-	case <-aDone:
-		t.Fatalf("instance A stopped while the ledger could not be read: %v", aErr)
+	case <-runA.done:
+		t.Fatalf("instance A stopped while the ledger could not be read: %v", runA.err)
 	default:
 	}
 	if strings.Contains(logs.String(), "transient failure") || store.loads.Load() != loads {
@@ -216,13 +196,32 @@ func TestQuietInstanceLedgerFailureIsNoFailure(t *testing.T) {
 	if _, err := b.Run(context.Background(), connector.Once); err != nil {
 		t.Fatalf("instance B: %v", err)
 	}
+	runA.fenced(t, 20*time.Second, "instance A (instance B took over)")
+}
+
+// background is an engine's continuous run on a goroutine of its own.
+type background struct {
+	done chan struct{} // closed when Run returned
+	err  error         // Run's error, once done
+}
+
+func inBackground(ctx context.Context, e *connector.Engine) *background {
+	b := &background{done: make(chan struct{})}
+	go func() { _, b.err = e.Run(ctx, connector.Continuous); close(b.done) }()
+	return b
+}
+
+// fenced waits up to d for the run to stop, and checks that it stopped
+// fenced (ErrFenced).
+func (b *background) fenced(t *testing.T, d time.Duration, who string) {
+	t.Helper()
 	select {
-	case <-aDone:
-	case <-time.After(20 * time.Second):
-		t.Fatal("instance A still runs 20s after instance B took over")
+	case <-b.done:
+	case <-time.After(d):
+		t.Fatalf("%s still runs %s on", who, d)
 	}
-	if !errors.Is(aErr, connector.ErrFenced) {
-		t.Errorf("instance A: want ErrFenced, got %v", aErr)
+	if !errors.Is(b.err, connector.ErrFenced) {
+		t.Errorf("%s: want ErrFenced, got %v", who, b.err)
 	}
 }
 
