@@ -251,7 +251,7 @@ func (a *cli) pgConfig() (postgres.Config, error) {
 	}
 	s := a.cfg.Source
 	return postgres.Config{
-		DSN: s.DSN, Password: pw, Schema: s.Schema, Table: s.Table,
+		DSN: s.DSN, Password: pw, PasswordFile: s.PasswordFile, Schema: s.Schema, Table: s.Table,
 		IDColumn: s.IDColumn, UpdatedAtColumn: s.UpdatedAtColumn, DeletedAtColumn: s.DeletedAtColumn,
 		Columns: s.Columns, Filter: s.Filter, LoadWorkers: a.cfg.Sync.LoadWorkers,
 	}, nil

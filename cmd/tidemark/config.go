@@ -956,21 +956,11 @@ func (c *Config) Password(env func(string) string) (string, error) {
 		}
 		return v, nil
 	case c.Source.PasswordFile != "":
-		path := c.Source.PasswordFile
-		b, err := os.ReadFile(path)
+		// Read here to fail at start with exit 2; the source reads it
+		// again for every new connection (postgres.Config.PasswordFile).
+		v, err := postgres.ReadPasswordFile(c.Source.PasswordFile)
 		if err != nil {
-			var pe *os.PathError
-			if errors.As(err, &pe) {
-				err = pe.Err // the path is already in the message
-			}
-			return "", &ConfigError{Key: "source.password_file", Origin: c.origin["source.password_file"],
-				Msg: fmt.Sprintf("read password file %s: %v", path, err)}
-		}
-		v := strings.TrimSuffix(string(b), "\n")
-		v = strings.TrimSuffix(v, "\r")
-		if v == "" {
-			return "", &ConfigError{Key: "source.password_file", Origin: c.origin["source.password_file"],
-				Msg: fmt.Sprintf("password file %s is empty; write the password into it", path)}
+			return "", &ConfigError{Key: "source.password_file", Origin: c.origin["source.password_file"], Msg: err.Error()}
 		}
 		return v, nil
 	}

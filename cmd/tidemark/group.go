@@ -47,7 +47,9 @@ type taskEnv struct {
 	closed     bool
 }
 
-func poolKey(pc postgres.Config) string { return pc.DSN + "\x00" + pc.Password }
+func poolKey(pc postgres.Config) string {
+	return pc.DSN + "\x00" + pc.Password + "\x00" + pc.PasswordFile
+}
 
 // newTaskEnv opens what the tasks share; closeAll closes it after them.
 func (a *cli) newTaskEnv() (*taskEnv, error) {

@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"regexp"
 	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ErrBadConfig marks errors caused by the configuration or by a source table
@@ -26,6 +29,12 @@ type Config struct {
 	// Password, when non-empty, replaces any password in DSN. It is never
 	// printed. Default: "" (use the DSN's password, PGPASSWORD or .pgpass).
 	Password string
+	// PasswordFile, when non-empty, holds the password (one trailing
+	// newline is trimmed) and is read again for every new connection, so a
+	// rotated secret (the file replaced, then the role's password changed)
+	// takes effect without a restart. It replaces Password and any
+	// password in DSN. Default: "".
+	PasswordFile string
 	// Schema of the table. Default: "public".
 	Schema string
 	// Table to stream. Required.
@@ -165,4 +174,37 @@ func redactDSN(dsn string) string {
 		dsn = keywordPassword.ReplaceAllString(dsn, "${1}REDACTED")
 	}
 	return dsn
+}
+
+// ReadPasswordFile reads a password file: one line, one trailing newline
+// trimmed. Errors name the file, never its content.
+func ReadPasswordFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the path is already in the message
+		}
+		return "", fmt.Errorf("read password file %s: %v", path, err)
+	}
+	v := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	if v == "" {
+		return "", fmt.Errorf("password file %s is empty; write the password into it", path)
+	}
+	return v, nil
+}
+
+// passwordFromFile sets cc's password from the password file at path,
+// read now, unless path is "" (before each new connection: see
+// Config.PasswordFile).
+func passwordFromFile(path string, cc *pgconn.Config) error {
+	if path == "" {
+		return nil
+	}
+	pw, err := ReadPasswordFile(path)
+	if err != nil {
+		return err
+	}
+	cc.Password = pw
+	return nil
 }

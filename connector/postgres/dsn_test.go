@@ -3,6 +3,8 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -103,6 +105,34 @@ func TestParseKeywordDSN(t *testing.T) {
 		}
 		if i == 1 && s[kw.Start:kw.End] != `'a b\'c'` {
 			t.Errorf("raw value %q", s[kw.Start:kw.End])
+		}
+	}
+}
+
+// TestPasswordFileErrorsNameTheFile: a password file that is missing or
+// empty when a connection opens fails that connection (the pool's and the
+// listener's alike) with an error that names the file and what to do,
+// and never holds a password.
+func TestPasswordFileErrorsNameTheFile(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing")
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const dsn = "postgres://u:Sup3r-S3cret-pw@127.0.0.1:1/d?connect_timeout=2"
+	for _, tc := range []struct{ path, want string }{
+		{missing, "read password file " + missing + ": no such file or directory"},
+		{empty, "password file " + empty + " is empty; write the password into it"},
+	} {
+		cfg := postgres.Config{DSN: dsn, PasswordFile: tc.path, Table: "t"}
+		_, err := postgres.New(context.Background(), cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "S3cret") {
+			t.Errorf("New with password file %s: %v; want an error saying %q", tc.path, err, tc.want)
+		}
+		_, err = postgres.Listen(context.Background(), cfg, postgres.ListenConfig{Channel: "c"})
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "S3cret") {
+			t.Errorf("Listen with password file %s: %v; want an error saying %q", tc.path, err, tc.want)
 		}
 	}
 }

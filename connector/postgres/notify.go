@@ -252,6 +252,7 @@ type ListenConfig struct {
 // context given to Listen ends, or on Close.
 type Listener struct {
 	conn      *pgx.ConnConfig
+	pwFile    string // Config.PasswordFile
 	channel   string
 	heartbeat time.Duration
 	maxWait   time.Duration
@@ -293,6 +294,7 @@ func Listen(ctx context.Context, cfg Config, lc ListenConfig) (*Listener, error)
 	}
 	l := &Listener{
 		conn:      cc,
+		pwFile:    cfg.PasswordFile,
 		channel:   lc.Channel,
 		heartbeat: lc.Heartbeat,
 		maxWait:   lc.MaxBackoff,
@@ -409,7 +411,14 @@ func (l *Listener) hold(ctx context.Context) {
 
 // connect opens the connection and runs LISTEN on the quoted channel.
 func (l *Listener) connect(ctx context.Context) (*pgx.Conn, error) {
-	conn, err := pgx.ConnectConfig(ctx, l.conn)
+	cc := l.conn
+	if l.pwFile != "" { // read for each connection (Config.PasswordFile)
+		cc = cc.Copy()
+		if err := passwordFromFile(l.pwFile, &cc.Config); err != nil {
+			return nil, err
+		}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return nil, err
 	}

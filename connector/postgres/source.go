@@ -344,6 +344,15 @@ func connect(ctx context.Context, cfg Config, conns int32) (*pgxpool.Pool, error
 	if cfg.Password != "" {
 		pc.ConnConfig.Password = cfg.Password
 	}
+	if cfg.PasswordFile != "" {
+		// Each new connection (the pool's first too) reads the file:
+		// the connection the pool opens after a rotation logs in with
+		// the new password. A failure fails that connection only, and
+		// the engine's retry tries again.
+		pc.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+			return passwordFromFile(cfg.PasswordFile, &cc.Config)
+		}
+	}
 	dialSettings(&pc.ConnConfig.Config)
 	rp := pc.ConnConfig.RuntimeParams
 	// The value encoding (docs/design.md, "Records") depends on these: timestamps print in

@@ -237,6 +237,23 @@ func (p *Postgres) StartServer(t testing.TB) {
 	}
 }
 
+// RequirePasswords makes every TCP login but the superuser's (postgres, as
+// in URL) authenticate with a password (scram-sha-256), and reloads the
+// server's configuration. Local throwaway clusters only: the containers
+// backend skips the test.
+func (p *Postgres) RequirePasswords(t testing.TB) {
+	t.Helper()
+	p.needLocal(t)
+	hba := "local all all trust\nhost all postgres 127.0.0.1/32 trust\nhost all all 127.0.0.1/32 scram-sha-256\n"
+	// The file exists (initdb wrote it) and keeps its owner when rewritten.
+	if err := os.WriteFile(filepath.Join(p.dir, "data", "pg_hba.conf"), []byte(hba), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := p.cmd("pg_ctl", "-D", filepath.Join(p.dir, "data"), "reload").CombinedOutput(); err != nil {
+		t.Fatalf("pg_ctl reload: %v: %s", err, out)
+	}
+}
+
 func (p *Postgres) needLocal(t testing.TB) {
 	t.Helper()
 	if p.ctr != nil {
