@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -370,5 +372,56 @@ func TestResetToAFutureWatermarkIsRefused(t *testing.T) {
 	code := run(context.Background(), []string{"reset", "--config", path, "--to-watermark", future, "--yes"}, &out, &errb)
 	if code != exitConfig || !strings.Contains(errb.String(), "--to-watermark") || !strings.Contains(errb.String(), "future") {
 		t.Errorf("reset to %s: exit %d, want %d naming --to-watermark and the future; stderr:\n%s", future, code, exitConfig, errb.String())
+	}
+}
+
+// TestSecuritySASLPasswordRotation: kafka.sasl.password_file is read for
+// every login, not once at start: after the password is rotated (the file
+// rewritten and the user's SCRAM credentials changed), the connections
+// tidemark opens next (a new producer session, a reconnect after the
+// broker restarts) log in with the new password.
+func TestSecuritySASLPasswordRotation(t *testing.T) {
+	w := newSecWorld(t, nil)
+	path := w.config("rot.yaml", secPassword)
+	cfg, err := LoadConfig(path, func(string) string { return "" }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &cli{cfg: cfg, env: func(string) string { return "" }, log: slog.New(slog.DiscardHandler)}
+	opts, err := a.securityOpts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	login := func() error {
+		cl, err := kgo.NewClient(append(slices.Clone(opts), kgo.SeedBrokers(w.brokers...))...)
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		return cl.Ping(ctx)
+	}
+	if err := login(); err != nil {
+		t.Fatalf("login with the first password: %v", err)
+	}
+	const rotated = "Kafka-R0tated-pw-789"
+	admin, err := kgo.NewClient(w.adminOpts()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	res, err := kadm.NewClient(admin).AlterUserSCRAMs(ctx, nil, []kadm.UpsertSCRAM{{User: secUser, Mechanism: kadm.ScramSha256, Iterations: 4096, Password: rotated}})
+	if err == nil {
+		err = res.Error()
+	}
+	if err != nil {
+		t.Fatalf("rotate the SCRAM password: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(w.dir, "rot.yaml.kafka-password"), []byte(rotated+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := login(); err != nil {
+		t.Fatalf("login after the rotation, with the same options: %v (the password file was read once, at start)", err)
 	}
 }

@@ -116,19 +116,9 @@ func (c *Config) saslPassword(env func(string) string) (string, error) {
 		}
 		return v, nil
 	}
-	b, err := os.ReadFile(s.PasswordFile)
+	v, err := postgres.ReadPasswordFile(s.PasswordFile)
 	if err != nil {
-		var pe *os.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err
-		}
-		return "", &ConfigError{Key: "kafka.sasl.password_file", Origin: c.origin["kafka.sasl.password_file"],
-			Msg: fmt.Sprintf("read password file %s: %v", s.PasswordFile, err)}
-	}
-	v := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
-	if v == "" {
-		return "", &ConfigError{Key: "kafka.sasl.password_file", Origin: c.origin["kafka.sasl.password_file"],
-			Msg: fmt.Sprintf("password file %s is empty; write the password into it", s.PasswordFile)}
+		return "", &ConfigError{Key: "kafka.sasl.password_file", Origin: c.origin["kafka.sasl.password_file"], Msg: err.Error()}
 	}
 	return v, nil
 }
@@ -149,13 +139,38 @@ func (a *cli) securityOpts() ([]kgo.Opt, error) {
 		if err != nil {
 			return nil, err
 		}
+		// The password is read above to fail at start with exit 2, and,
+		// from a file, again for every login: a rotated secret (the file
+		// rewritten, then the user's credentials changed) takes effect on
+		// the next connection without a restart.
+		// A file that cannot be read then fails that login only (a
+		// transient failure, retried), never the run.
+		password := func() (string, error) {
+			if s.PasswordFile == "" {
+				return pw, nil
+			}
+			v, err := postgres.ReadPasswordFile(s.PasswordFile)
+			if err != nil {
+				return "", fmt.Errorf("kafka.sasl.password_file: %w", err)
+			}
+			return v, nil
+		}
 		switch strings.ToUpper(s.Mechanism) {
 		case "PLAIN":
-			opts = append(opts, kgo.SASL(plain.Auth{User: s.Username, Pass: pw}.AsMechanism()))
-		case "SCRAM-SHA-256":
-			opts = append(opts, kgo.SASL(scram.Auth{User: s.Username, Pass: pw}.AsSha256Mechanism()))
-		case "SCRAM-SHA-512":
-			opts = append(opts, kgo.SASL(scram.Auth{User: s.Username, Pass: pw}.AsSha512Mechanism()))
+			opts = append(opts, kgo.SASL(plain.Plain(func(context.Context) (plain.Auth, error) {
+				p, err := password()
+				return plain.Auth{User: s.Username, Pass: p}, err
+			})))
+		case "SCRAM-SHA-256", "SCRAM-SHA-512":
+			auth := func(context.Context) (scram.Auth, error) {
+				p, err := password()
+				return scram.Auth{User: s.Username, Pass: p}, err
+			}
+			if strings.EqualFold(s.Mechanism, "SCRAM-SHA-256") {
+				opts = append(opts, kgo.SASL(scram.Sha256(auth)))
+			} else {
+				opts = append(opts, kgo.SASL(scram.Sha512(auth)))
+			}
 		}
 		if a.sasl == nil {
 			a.sasl = &saslWatch{}
