@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -243,4 +245,69 @@ func TestCLIFeedServe(t *testing.T) {
 		t.Fatalf("run: exit %d\n%s", code, stderr)
 	}
 	w.assertTopic()
+}
+
+// TestHTTPAuthValueFileIsReadForEveryRequest: source.http.auth_value_file
+// holds a token that is rotated while tidemark runs (a projected service
+// account token, a secret store's renewal). Every request sends what the
+// file holds then, not what it held at start; a file that cannot be read
+// fails that request as a transient failure that names the file, and
+// never shows a token.
+func TestHTTPAuthValueFileIsReadForEveryRequest(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get("Authorization"))
+		mu.Unlock()
+		fmt.Fprint(w, `{"items":[],"next_cursor":null}`)
+	}))
+	t.Cleanup(hs.Close)
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	writeToken := func(v string) {
+		t.Helper()
+		if err := os.WriteFile(tokenFile, []byte(v+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeToken("Bearer first-T0ken")
+	path := filepath.Join(dir, "http.yaml")
+	text := fmt.Sprintf("name: h\nsource:\n  kind: http\n  dsn: %s/changes\n  http:\n    auth_header: Authorization\n    auth_value_file: %s\n    max_retries: 1\nkafka:\n  brokers: [127.0.0.1:1]\n  topic: t\n", hs.URL, tokenFile)
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadConfig(path, func(string) string { return "" }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &cli{cfg: cfg, env: func(string) string { return "" }, log: slog.New(slog.DiscardHandler)}
+	src, err := a.source(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := func() error {
+		_, err := src.Page(context.Background(), connector.PageRequest{Limit: 10})
+		return err
+	}
+	if err := page(); err != nil {
+		t.Fatal(err)
+	}
+	writeToken("Bearer second-T0ken")
+	if err := page(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	got := slices.Clone(seen)
+	mu.Unlock()
+	if want := []string{"Bearer first-T0ken", "Bearer second-T0ken"}; !slices.Equal(got, want) {
+		t.Fatalf("the server saw %q, want %q: the token file must be read for every request", got, want)
+	}
+	if err := os.Remove(tokenFile); err != nil {
+		t.Fatal(err)
+	}
+	err = page()
+	if err == nil || !strings.Contains(err.Error(), tokenFile) || strings.Contains(err.Error(), "T0ken") || errors.Is(err, connector.ErrPermanent) {
+		t.Fatalf("a page with the token file gone: %v; want a transient error naming the file", err)
+	}
 }

@@ -55,7 +55,8 @@ func (a *cli) httpConfig() (httpsrc.Config, error) {
 		if err != nil {
 			return hc, &ConfigError{Key: "source.http.auth_value_file", Msg: err.Error()}
 		}
-		hc.AuthValue = v
+		hc.AuthValue = v // read here to fail at start with exit 2
+		hc.AuthValueFile = h.AuthValueFile
 	}
 	return hc, nil
 }

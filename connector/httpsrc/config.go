@@ -78,6 +78,12 @@ type Config struct {
 	// "Authorization" and "Bearer ...". The value is a secret: it is never
 	// logged or put in an error. Default: none.
 	AuthHeader, AuthValue string
+	// AuthValueFile, when set, holds the header's value (one trailing
+	// newline trimmed) and is read again for every request, so a rotated
+	// token takes effect at once; it replaces AuthValue. A file that
+	// cannot be read fails that request, as a transient failure. Default:
+	// none.
+	AuthValueFile string
 
 	// RejectStatuses are the statuses that, on a request carrying a cursor,
 	// can mean "this cursor is rejected". Default 400 and 410.
@@ -210,7 +216,7 @@ func (c Config) Validate() error {
 	if c.MaxLimit < 0 {
 		errs = append(errs, fmt.Errorf("max limit %d: use 0 (no cap) or more", c.MaxLimit))
 	}
-	if (c.AuthHeader == "") != (c.AuthValue == "") {
+	if (c.AuthHeader == "") != (c.AuthValue == "" && c.AuthValueFile == "") {
 		errs = append(errs, errors.New("auth header name and value go together: set both or neither"))
 	}
 	if c.AuthHeader != "" && strings.ContainsAny(c.AuthHeader, " :\r\n") {

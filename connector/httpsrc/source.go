@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -226,6 +227,30 @@ func (s *Source) fetch(ctx context.Context, u *url.URL, cursor string) ([]byte, 
 	}
 }
 
+// authValue is the auth header's value: Config.AuthValueFile's content,
+// read now, or Config.AuthValue. Errors name the file, never its content.
+func (s *Source) authValue() (string, error) {
+	if s.cfg.AuthValueFile == "" {
+		return s.cfg.AuthValue, nil
+	}
+	b, err := os.ReadFile(s.cfg.AuthValueFile)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the path is named below
+		}
+		return "", fmt.Errorf("read the auth value file %s: %v", s.cfg.AuthValueFile, err)
+	}
+	v := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	switch {
+	case v == "":
+		return "", fmt.Errorf("the auth value file %s is empty; write the header's value into it", s.cfg.AuthValueFile)
+	case strings.ContainsAny(v, "\r\n"):
+		return "", fmt.Errorf("the auth value file %s holds more than one line; write the header's value alone", s.cfg.AuthValueFile)
+	}
+	return v, nil
+}
+
 // do performs one GET and reads the whole body.
 func (s *Source) do(ctx context.Context, u *url.URL) (int, http.Header, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
@@ -237,7 +262,11 @@ func (s *Source) do(ctx context.Context, u *url.URL) (int, http.Header, []byte, 
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", "tidemark")
 	if s.cfg.AuthHeader != "" {
-		req.Header.Set(s.cfg.AuthHeader, s.cfg.AuthValue)
+		v, err := s.authValue()
+		if err != nil {
+			return 0, nil, nil, err
+		}
+		req.Header.Set(s.cfg.AuthHeader, v)
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
