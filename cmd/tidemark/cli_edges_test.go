@@ -835,3 +835,47 @@ func TestCLIPasswordEnvIsNotUnknown(t *testing.T) {
 		t.Errorf("the password variable is reported as unknown, or the misspelt one is not:\n%s%s", out, errOut)
 	}
 }
+
+// verify --replica-dsn logs in to the replica database with the replica's
+// password (--replica-password-env or --replica-password-file, else the
+// DSN's or none), never with source.password_file's, which is read again
+// for every connection of the source alone.
+func TestCLIVerifyReplicaPasswordIsTheReplicas(t *testing.T) {
+	db := harness.NewDB(t)
+	db.Exec(t, `CREATE TABLE items (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL, v text); CREATE INDEX ON items (updated_at, id)`)
+	port, got := fakePostgres(t)
+	dir := t.TempDir()
+	write := func(name, v string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(v+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	srcFile, tgtFile := write("source-pw", "source-S3cret"), write("target-pw", "target-file-S3cret")
+	cfg := writeEdgeConfig(t, dir, "c.yaml", db.URL, "  schema: "+db.Schema+"\n  password_file: "+srcFile+"\n")
+	replicaDSN := "host=127.0.0.1 port=" + port + " user=u dbname=d sslmode=disable connect_timeout=5"
+	env := map[string]string{"TGT_PW": "target-env-S3cret"}
+	for _, tc := range []struct {
+		flags []string
+		want  string
+	}{
+		{[]string{"--replica-password-env", "TGT_PW"}, "target-env-S3cret"},
+		{[]string{"--replica-password-file", tgtFile}, "target-file-S3cret"},
+		{[]string{"--replica-dsn", replicaDSN + " password=in-the-dsn"}, "in-the-dsn"},
+	} {
+		args := append([]string{"verify", "--config", cfg, "--replica-table", "r", "--replica-dsn", replicaDSN}, tc.flags...)
+		code, _, errOut := edgeCLI(t, env, args...)
+		select {
+		case pw := <-got:
+			if pw != tc.want {
+				t.Errorf("%v: the replica database got password %q, want %q", tc.flags, pw, tc.want)
+			}
+		default:
+			t.Errorf("%v: no password reached the replica database (exit %d)\n%s", tc.flags, code, errOut)
+		}
+		for len(got) > 0 {
+			<-got
+		}
+	}
+}

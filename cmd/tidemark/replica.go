@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tidemark/tidemark/connector"
+	"github.com/tidemark/tidemark/connector/postgres"
 	"github.com/tidemark/tidemark/replica"
 	replicapg "github.com/tidemark/tidemark/replica/postgres"
 )
@@ -66,11 +67,12 @@ func cmdReplica(ctx context.Context, a *cli) error {
 	if err := a.checkDSN(dsnKey, cfg.DSN); err != nil { // before anything connects
 		return err
 	}
-	pw, err := a.otherPassword("--target-password", f.passwordEnv, f.passwordFile, dsnKey, cfg.DSN)
+	pw, pwFile, err := a.otherPassword("--target-password", f.passwordEnv, f.passwordFile, dsnKey, cfg.DSN)
 	if err != nil {
 		return err
 	}
-	cfg.DSN = withPassword(cfg.DSN, pw) // replicapg takes a DSN only
+	cfg.DSN = withPassword(cfg.DSN, pw)
+	cfg.PasswordFile = pwFile // read again for each new connection
 	if cfg.IDColumn == "" {
 		cfg.IDColumn = a.cfg.Source.IDColumn
 	}
@@ -154,9 +156,7 @@ func (a *cli) sourceColumns(ctx context.Context) ([]replicapg.Column, error) {
 	if err != nil {
 		return nil, &ConfigError{Key: "source.dsn", Msg: "the PostgreSQL driver cannot use it"} // never its text: see dsn.go
 	}
-	if pc.Password != "" {
-		poolCfg.ConnConfig.Password = pc.Password
-	}
+	postgres.SetPassword(poolCfg, pc)
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err == nil {
 		err = pool.Ping(ctx)
@@ -199,29 +199,32 @@ func replicaError(err error, table string) error {
 // verify --replica-*): from the variable named by passwordEnv or the file
 // passwordFile (flag is the flags' common prefix), else, when the DSN is
 // source.dsn's, source.password_env or source.password_file. "" means the
-// DSN (or ~/.pgpass) carries it.
-func (a *cli) otherPassword(flag, passwordEnv, passwordFile, dsnKey, dsn string) (string, error) {
+// DSN (or ~/.pgpass) carries it. file is the file it came from, if any, to
+// read again for each new connection (postgres.Config.PasswordFile); never
+// source.password_file for another DSN.
+func (a *cli) otherPassword(flag, passwordEnv, passwordFile, dsnKey, dsn string) (pw, file string, err error) {
 	switch {
 	case passwordEnv != "" && passwordFile != "":
-		return "", &ConfigError{Key: flag + "-file", Msg: flag + "-env and " + flag + "-file are both set; keep one"}
+		return "", "", &ConfigError{Key: flag + "-file", Msg: flag + "-env and " + flag + "-file are both set; keep one"}
 	case (passwordEnv != "" || passwordFile != "") && dsnHasPassword(dsn):
-		return "", &ConfigError{Key: flag + "-env", Msg: "the DSN holds a password too; keep one (remove it from " + dsnKey + ")"}
+		return "", "", &ConfigError{Key: flag + "-env", Msg: "the DSN holds a password too; keep one (remove it from " + dsnKey + ")"}
 	case passwordEnv != "":
 		v := a.env(passwordEnv)
 		if v == "" {
-			return "", &ConfigError{Key: flag + "-env", Msg: fmt.Sprintf("environment variable %s is not set or empty; export it, or use %s-file", passwordEnv, flag)}
+			return "", "", &ConfigError{Key: flag + "-env", Msg: fmt.Sprintf("environment variable %s is not set or empty; export it, or use %s-file", passwordEnv, flag)}
 		}
-		return v, nil
+		return v, "", nil
 	case passwordFile != "":
 		v, err := readSecretFile(passwordFile)
 		if err != nil {
-			return "", &ConfigError{Key: flag + "-file", Msg: err.Error()}
+			return "", "", &ConfigError{Key: flag + "-file", Msg: err.Error()}
 		}
-		return v, nil
+		return v, passwordFile, nil
 	case dsnKey == "source.dsn":
-		return a.cfg.Password(a.env)
+		v, err := a.cfg.Password(a.env)
+		return v, a.cfg.Source.PasswordFile, err
 	}
-	return "", nil
+	return "", "", nil
 }
 
 // withPassword adds a password to a PostgreSQL DSN for drivers that take a

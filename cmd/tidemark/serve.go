@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/connector"
+	"github.com/tidemark/tidemark/connector/postgres"
 	"github.com/tidemark/tidemark/metrics"
 	"github.com/tidemark/tidemark/schemas"
 )
@@ -203,9 +204,7 @@ func (o *observability) pgPool(ctx context.Context) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, errors.New("parse source.dsn (see the configuration check)")
 	}
-	if pc.Password != "" {
-		cfg.ConnConfig.Password = pc.Password
-	}
+	postgres.SetPassword(cfg, pc)
 	cfg.MaxConns = 1
 	cfg.ConnConfig.RuntimeParams["application_name"] = "tidemark-" + o.a.cfg.Name + "-probe"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

@@ -73,7 +73,7 @@ func cmdVerify(ctx context.Context, a *cli) error {
 		if a.replicaDSN != "" {
 			pc.DSN, dsnKey = a.replicaDSN, "--replica-dsn"
 		}
-		if pc.Password, err = a.otherPassword("--replica-password", a.replicaPasswordEnv, a.replicaPasswordFile, dsnKey, pc.DSN); err != nil {
+		if pc.Password, pc.PasswordFile, err = a.otherPassword("--replica-password", a.replicaPasswordEnv, a.replicaPasswordFile, dsnKey, pc.DSN); err != nil {
 			return err
 		}
 		pc.Table, pc.Filter, pc.DeletedAtColumn = a.replicaTable, "", ""

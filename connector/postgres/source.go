@@ -328,6 +328,22 @@ func prepare(ctx context.Context, pool *pgxpool.Pool, sh *shape) error {
 	return nil
 }
 
+// SetPassword gives pc cfg's password: Password, or PasswordFile read for
+// each new connection (the pool's first too), so that the connection the
+// pool opens after a rotation logs in with the new password. A file that
+// cannot be read fails that connection only; the engine's retry tries
+// again.
+func SetPassword(pc *pgxpool.Config, cfg Config) {
+	if cfg.Password != "" {
+		pc.ConnConfig.Password = cfg.Password
+	}
+	if cfg.PasswordFile != "" {
+		pc.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+			return passwordFromFile(cfg.PasswordFile, &cc.Config)
+		}
+	}
+}
+
 // connect parses the DSN, pins the session settings the encoder relies on
 // and checks that the server answers.
 func connect(ctx context.Context, cfg Config, conns int32) (*pgxpool.Pool, error) {
@@ -341,18 +357,7 @@ func connect(ctx context.Context, cfg Config, conns int32) (*pgxpool.Pool, error
 	if err != nil {
 		return nil, dsnError(cfg.DSN)
 	}
-	if cfg.Password != "" {
-		pc.ConnConfig.Password = cfg.Password
-	}
-	if cfg.PasswordFile != "" {
-		// Each new connection (the pool's first too) reads the file:
-		// the connection the pool opens after a rotation logs in with
-		// the new password. A failure fails that connection only, and
-		// the engine's retry tries again.
-		pc.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
-			return passwordFromFile(cfg.PasswordFile, &cc.Config)
-		}
-	}
+	SetPassword(pc, cfg)
 	dialSettings(&pc.ConnConfig.Config)
 	rp := pc.ConnConfig.RuntimeParams
 	// The value encoding (docs/design.md, "Records") depends on these: timestamps print in

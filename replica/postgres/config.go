@@ -14,6 +14,11 @@ type Config struct {
 	// DSN is a libpq connection string (URL or keyword form), parsed by
 	// pgxpool.ParseConfig. Required.
 	DSN string
+	// PasswordFile, when set, holds the password (one trailing newline
+	// trimmed) and is read again for every new connection, so a rotated
+	// password takes effect without a restart; it replaces the DSN's.
+	// Default: none.
+	PasswordFile string
 	// Schema of the target table and the offsets table. Default: the
 	// session's current_schema() (normally "public").
 	Schema string

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	source "github.com/tidemark/tidemark/connector/postgres"
 	"github.com/tidemark/tidemark/replica"
 )
 
@@ -64,6 +65,7 @@ func Open(ctx context.Context, cfg Config) (*Target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("target dsn: %w", err) // pgconn redacts the password
 	}
+	source.SetPassword(pc, source.Config{PasswordFile: cfg.PasswordFile})
 	pc.ConnConfig.RuntimeParams["timezone"] = "UTC"
 	pc.ConnConfig.RuntimeParams["datestyle"] = "ISO"
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
