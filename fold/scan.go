@@ -34,21 +34,39 @@ var ErrStop = errors.New("stop scan")
 // ScanTail is Scan over at most the last n offsets of each partition (n < 0:
 // all of them).
 func ScanTail(ctx context.Context, opts []kgo.Opt, topic string, n int64, fn func(*kgo.Record) error) error {
+	_, err := ScanOn(ctx, opts, topic, nil, n, fn)
+	return err
+}
+
+// ScanOn is ScanTail going on from an earlier scan: a partition with an
+// offset in from is read from there (from its start offset once retention
+// has passed it), the others as ScanTail reads them, and so is a partition
+// whose end lies below from (the topic was deleted and created again). It
+// returns where the view ended on each partition: the from of the next
+// scan, which then reads each committed record once, however many were
+// written in between. (After a callback's ErrStop, the scan ended early
+// and the returned offsets are no place to go on from.)
+func ScanOn(ctx context.Context, opts []kgo.Opt, topic string, from map[int32]int64, n int64, fn func(*kgo.Record) error) (map[int32]int64, error) {
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return fmt.Errorf("scan %s: %w", topic, err)
+		return nil, fmt.Errorf("scan %s: %w", topic, err)
 	}
 	defer cl.Close()
 	ends, starts, _, err := bounds(ctx, kadm.NewClient(cl), topic, ViewWait{}.or(ctx))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for p, end := range ends {
-		if n >= 0 && end-n > starts[p] {
+		if f, ok := from[p]; ok && f <= end {
+			starts[p] = max(starts[p], f)
+		} else if n >= 0 && end-n > starts[p] {
 			starts[p] = end - n
 		}
 	}
-	return scanRanges(ctx, cl, topic, starts, ends, nil, fn)
+	if err := scanRanges(ctx, cl, topic, starts, ends, nil, fn); err != nil {
+		return nil, err
+	}
+	return ends, nil
 }
 
 // ScanRange calls fn for every committed data record of one partition of

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/tidemark/tidemark/offsets"
 	"github.com/tidemark/tidemark/schemas"
 )
@@ -46,5 +48,43 @@ func TestLastRunNamesNoOlderRunFromACutView(t *testing.T) {
 	endTxn(t, x, false)
 	if last, err = store.LastRun(context.Background()); err != nil || last != "r2" {
 		t.Fatalf("LastRun after x aborted: %q, %v; want r2", last, err)
+	}
+}
+
+// A quiet run asks LastRun every 30 s whether a newer run of its
+// connector started. On a ledger that busy connectors share, more than the
+// audit window's worth of their entries can follow the newer run's start
+// entry by the time it asks: a look at the tail alone would not see it
+// (and give no verdict, for ever). LastRun reads on from where its last
+// look ended, however much was written since.
+func TestLastRunSeesARunBeyondTheAuditWindow(t *testing.T) {
+	opts := offLedTopics(t)
+	ctx := context.Background()
+	c1 := txnWriter(t, opts, "tidemark-c")
+	put(t, c1, "led", "c", runEntry(t, "r1"))
+	endTxn(t, c1, true)
+	store := offsets.NewStore(opts, "off", "c").FailClosed(offsets.NewLedger(opts, "led", "c"), "")
+	if last, err := store.LastRun(ctx); err != nil || last != "r1" {
+		t.Fatalf("LastRun: %q, %v; want r1", last, err)
+	}
+	c2 := txnWriter(t, opts, "tidemark-c")
+	put(t, c2, "led", "c", runEntry(t, "r2"))
+	endTxn(t, c2, true)
+	x := txnWriter(t, opts, "tidemark-x") // a busy connector on the same ledger
+	for i := range 2500 {
+		x.Produce(ctx, &kgo.Record{Topic: "led", Key: []byte("x"), Value: ledgerEntry(t, schemas.LedgerTxn, int64(i), "x")}, nil)
+	}
+	if err := x.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	endTxn(t, x, true)
+	if last, err := store.LastRun(ctx); err != nil || last != "r2" {
+		t.Fatalf("LastRun after r2 and 2,500 entries of another connector: %q, %v; want r2", last, err)
+	}
+	// A new Store (a new process) has no earlier look to go on from: it
+	// reads the tail, as at start.
+	fresh := offsets.NewStore(opts, "off", "c").FailClosed(offsets.NewLedger(opts, "led", "c"), "")
+	if last, err := fresh.LastRun(ctx); err != nil || last != "" {
+		t.Fatalf("a new store's LastRun: %q, %v; want no verdict (r2 lies beyond the tail)", last, err)
 	}
 }

@@ -29,11 +29,19 @@ func NewLedger(opts []kgo.Opt, topic, connectorName string) *Ledger {
 // Entries calls fn for the connector's committed entries still retained,
 // oldest first. last > 0 limits the read to the last offsets of the topic.
 func (l *Ledger) Entries(ctx context.Context, last int64, fn func(*schemas.LedgerEntry) error) error {
+	_, err := l.entriesOn(ctx, nil, last, fn)
+	return err
+}
+
+// entriesOn is Entries going on from where an earlier read ended (from;
+// nil: none, read the last offsets), and returning where this one ended
+// (fold.ScanOn); nil when the ledger topic does not exist.
+func (l *Ledger) entriesOn(ctx context.Context, from map[int32]int64, last int64, fn func(*schemas.LedgerEntry) error) (map[int32]int64, error) {
 	ctx, view := strictView(ctx)
 	if last <= 0 {
 		last = -1
 	}
-	err := fold.ScanTail(ctx, l.opts, l.topic, last, func(r *kgo.Record) error {
+	ends, err := fold.ScanOn(ctx, l.opts, l.topic, from, last, func(r *kgo.Record) error {
 		if string(r.Key) != l.connector || r.Value == nil {
 			return nil
 		}
@@ -44,12 +52,12 @@ func (l *Ledger) Entries(ctx context.Context, last int64, fn func(*schemas.Ledge
 		return fn(e)
 	})
 	if verr := view.err(); verr != nil {
-		return verr
+		return nil, verr
 	}
 	if errors.Is(err, fold.ErrNoTopic) {
-		return nil
+		return nil, nil
 	}
-	return err
+	return ends, err
 }
 
 // auditWindow is how many of the ledger's last offsets a start-up audit

@@ -22,6 +22,9 @@ type Store struct {
 	connector string
 	ledger    *Ledger
 	dataTopic string
+
+	runMu sync.Mutex
+	run   runLook // LastRun's last read
 }
 
 var _ connector.CheckpointStore = (*Store)(nil)
@@ -221,6 +224,11 @@ func (s *Store) State(ctx context.Context, refs []connector.StateRef) ([][]byte,
 // newest the view shows would be an older run, so it returns "" rather
 // than name one. At start it is asked right after Load, whose view was
 // complete. A caller's own ViewWait is kept.
+//
+// The first call reads the ledger's last auditWindow offsets; each later
+// call of the same Store goes on from where the one before it ended, so a
+// run that started since is found however many entries of other
+// connectors followed its start entry (a quiet run asks every 30 s).
 func (s *Store) LastRun(ctx context.Context) (string, error) {
 	if s.ledger == nil {
 		return "", nil
@@ -230,17 +238,49 @@ func (s *Store) LastRun(ctx context.Context) (string, error) {
 		w = fold.ViewWait{Timeout: lastRunWait}
 	}
 	ctx, cut := watchCut(ctx, w)
-	last := ""
-	err := s.ledger.Entries(ctx, auditWindow, func(e *schemas.LedgerEntry) error {
-		if e.Kind == schemas.LedgerRun {
-			last = e.RunID
+	s.runMu.Lock()
+	defer s.runMu.Unlock()
+	for {
+		last := s.run.last
+		ends, err := s.ledger.entriesOn(ctx, s.run.pos, auditWindow, func(e *schemas.LedgerEntry) error {
+			if e.Kind == schemas.LedgerRun {
+				last = e.RunID
+			}
+			return nil
+		})
+		if err != nil {
+			return "", err
 		}
-		return nil
-	})
-	if err != nil || cut.Load() {
-		return "", err
+		if s.run.pos != nil && shrank(s.run.pos, ends) {
+			// The ledger topic was deleted and created again: what was
+			// read before is gone. Read its tail afresh.
+			s.run = runLook{}
+			continue
+		}
+		s.run = runLook{pos: ends, last: last}
+		if cut.Load() {
+			return "", nil
+		}
+		return last, nil
 	}
-	return last, nil
+}
+
+// runLook is where LastRun's last read of the ledger ended, and the newest
+// run it has seen up to there.
+type runLook struct {
+	pos  map[int32]int64
+	last string
+}
+
+// shrank reports whether a partition ends before an earlier read of it
+// did.
+func shrank(before, now map[int32]int64) bool {
+	for p, b := range before {
+		if n, ok := now[p]; ok && n < b {
+			return true
+		}
+	}
+	return false
 }
 
 // watchCut puts w on ctx with its Report also noting, in cut, that a view
