@@ -198,12 +198,23 @@ func (t KafkaTLSConfig) config(c *Config) (*tls.Config, error) {
 		tc.RootCAs = pool
 	}
 	if t.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
+		if _, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile); err != nil {
 			return nil, &ConfigError{Key: "kafka.tls.cert_file", Origin: c.origin["kafka.tls.cert_file"],
 				Msg: "load the client certificate and key (PEM)", Err: err}
 		}
-		tc.Certificates = []tls.Certificate{cert}
+		// Loaded above to fail at start with exit 2, and from the files
+		// again at each handshake: a renewed certificate (cert-manager,
+		// a Strimzi KafkaUser) is presented by the next connection
+		// without a restart. Files caught half way fail that handshake
+		// only; the client connects again.
+		certFile, keyFile := t.CertFile, t.KeyFile
+		tc.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+			if err != nil {
+				return nil, fmt.Errorf("kafka.tls.cert_file %s, key_file %s: %w", certFile, keyFile, err)
+			}
+			return &cert, nil
+		}
 	}
 	return tc, nil
 }
