@@ -38,15 +38,22 @@ func ScanTail(ctx context.Context, opts []kgo.Opt, topic string, n int64, fn fun
 	return err
 }
 
-// ScanOn is ScanTail going on from an earlier scan: a partition with an
-// offset in from is read from there (from its start offset once retention
-// has passed it), the others as ScanTail reads them, and so is a partition
-// whose end lies below from (the topic was deleted and created again). It
-// returns where the view ended on each partition: the from of the next
-// scan, which then reads each committed record once, however many were
-// written in between. (After a callback's ErrStop, the scan ended early
-// and the returned offsets are no place to go on from.)
-func ScanOn(ctx context.Context, opts []kgo.Opt, topic string, from map[int32]int64, n int64, fn func(*kgo.Record) error) (map[int32]int64, error) {
+// Position is where a scan's view of a topic ended (ScanOn): the topic's
+// id and, per partition, the offset after the view.
+type Position struct {
+	TopicID [16]byte
+	Ends    map[int32]int64
+}
+
+// ScanOn is ScanTail going on from an earlier scan (from; nil: none): a
+// partition of from is read from where from ended (from its start offset
+// once retention has passed that), a partition added since from all of
+// it. A topic deleted and created again since (another id) is read as
+// ScanTail reads it. It returns where this scan's view ended, the from of
+// the next scan, which then reads each committed record once, however
+// many were written in between. (After a callback's ErrStop, the scan
+// ended early and the returned position is no place to go on from.)
+func ScanOn(ctx context.Context, opts []kgo.Opt, topic string, from *Position, n int64, fn func(*kgo.Record) error) (*Position, error) {
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("scan %s: %w", topic, err)
@@ -56,17 +63,32 @@ func ScanOn(ctx context.Context, opts []kgo.Opt, topic string, from map[int32]in
 	if err != nil {
 		return nil, err
 	}
+	f := &fetcher{cl: cl, topic: topic, dec: kgo.DefaultDecompressor()}
+	if err := f.locate(ctx); err != nil {
+		return nil, err
+	}
+	if from != nil && from.TopicID != f.id {
+		from = nil
+	}
 	for p, end := range ends {
-		if f, ok := from[p]; ok && f <= end {
-			starts[p] = max(starts[p], f)
-		} else if n >= 0 && end-n > starts[p] {
+		var at int64
+		var seen bool
+		if from != nil {
+			at, seen = from.Ends[p]
+		}
+		switch {
+		case seen && at <= end:
+			starts[p] = max(starts[p], at)
+		case from != nil && !seen:
+			// added since from: read from its start
+		case n >= 0 && end-n > starts[p]:
 			starts[p] = end - n
 		}
 	}
-	if err := scanRanges(ctx, cl, topic, starts, ends, nil, fn); err != nil {
+	if err := f.scanRanges(ctx, starts, ends, nil, fn); err != nil {
 		return nil, err
 	}
-	return ends, nil
+	return &Position{TopicID: f.id, Ends: ends}, nil
 }
 
 // ScanRange calls fn for every committed data record of one partition of
@@ -124,6 +146,12 @@ const (
 // the position reaches end exactly when nothing committed below end is
 // left.
 func scanRanges(ctx context.Context, cl *kgo.Client, topic string, starts, ends map[int32]int64, parts []int32, fn func(*kgo.Record) error) error {
+	return (&fetcher{cl: cl, topic: topic, dec: kgo.DefaultDecompressor()}).scanRanges(ctx, starts, ends, parts, fn)
+}
+
+// scanRanges is scanRanges with f, located on first use.
+func (f *fetcher) scanRanges(ctx context.Context, starts, ends map[int32]int64, parts []int32, fn func(*kgo.Record) error) error {
+	topic := f.topic
 	if parts == nil {
 		parts = slices.Sorted(maps.Keys(ends))
 	}
@@ -144,9 +172,10 @@ func scanRanges(ctx context.Context, cl *kgo.Client, topic string, starts, ends 
 	if len(todo) == 0 {
 		return nil
 	}
-	f := &fetcher{cl: cl, topic: topic, dec: kgo.DefaultDecompressor()}
-	if err := f.locate(ctx); err != nil {
-		return err
+	if f.leaders == nil {
+		if err := f.locate(ctx); err != nil {
+			return err
+		}
 	}
 	for _, s := range todo {
 		if err := f.scan(ctx, s.p, s.from, s.to, fn); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/offsets"
@@ -87,4 +88,80 @@ func TestLastRunSeesARunBeyondTheAuditWindow(t *testing.T) {
 	if last, err := fresh.LastRun(ctx); err != nil || last != "" {
 		t.Fatalf("a new store's LastRun: %q, %v; want no verdict (r2 lies beyond the tail)", last, err)
 	}
+}
+
+// LastRun going on from its last read: a partition added to the ledger
+// since is read whole (not only its tail), and a ledger topic deleted and
+// created again since is read afresh (its offsets start over: going on
+// from the old position would skip its first entries).
+func TestLastRunAfterTheLedgerTopicChanged(t *testing.T) {
+	ctx := context.Background()
+	t.Run("partition added", func(t *testing.T) {
+		opts := offLedTopics(t)
+		c1 := txnWriter(t, opts, "tidemark-c")
+		put(t, c1, "led", "c", runEntry(t, "r1"))
+		endTxn(t, c1, true)
+		store := offsets.NewStore(opts, "off", "c").FailClosed(offsets.NewLedger(opts, "led", "c"), "")
+		if last, err := store.LastRun(ctx); err != nil || last != "r1" {
+			t.Fatalf("LastRun: %q, %v; want r1", last, err)
+		}
+		adm := admin(t, opts)
+		if _, err := adm.CreatePartitions(ctx, 1, "led"); err != nil {
+			t.Fatal(err)
+		}
+		cl, err := kgo.NewClient(append(append([]kgo.Opt{}, opts...), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		recs := []*kgo.Record{{Topic: "led", Partition: 1, Key: []byte("c"), Value: runEntry(t, "r2")}}
+		for i := range 2500 {
+			recs = append(recs, &kgo.Record{Topic: "led", Partition: 1, Key: []byte("x"), Value: ledgerEntry(t, schemas.LedgerTxn, int64(i), "x")})
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if last, err := store.LastRun(ctx); err != nil || last != "r2" {
+			t.Fatalf("LastRun after r2 and 2,500 entries in a partition added since: %q, %v; want r2", last, err)
+		}
+	})
+	t.Run("topic created again", func(t *testing.T) {
+		opts := offLedTopics(t)
+		c1 := txnWriter(t, opts, "tidemark-c")
+		for range 5 {
+			put(t, c1, "led", "x", ledgerEntry(t, schemas.LedgerTxn, 1, "x"))
+		}
+		put(t, c1, "led", "c", runEntry(t, "r1"))
+		endTxn(t, c1, true)
+		store := offsets.NewStore(opts, "off", "c").FailClosed(offsets.NewLedger(opts, "led", "c"), "")
+		if last, err := store.LastRun(ctx); err != nil || last != "r1" {
+			t.Fatalf("LastRun: %q, %v; want r1", last, err)
+		}
+		adm := admin(t, opts)
+		if _, err := adm.DeleteTopics(ctx, "led"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := adm.CreateTopics(ctx, 1, 1, nil, "led"); err != nil {
+			t.Fatal(err)
+		}
+		c2 := txnWriter(t, opts, "tidemark-c")
+		put(t, c2, "led", "c", runEntry(t, "r2"))
+		for range 50 {
+			put(t, c2, "led", "x", ledgerEntry(t, schemas.LedgerTxn, 1, "x"))
+		}
+		endTxn(t, c2, true)
+		if last, err := store.LastRun(ctx); err != nil || last != "r2" {
+			t.Fatalf("LastRun after the ledger topic was created again: %q, %v; want r2", last, err)
+		}
+	})
+}
+
+func admin(t *testing.T, opts []kgo.Opt) *kadm.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return kadm.NewClient(cl)
 }

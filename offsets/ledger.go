@@ -36,7 +36,7 @@ func (l *Ledger) Entries(ctx context.Context, last int64, fn func(*schemas.Ledge
 // entriesOn is Entries going on from where an earlier read ended (from;
 // nil: none, read the last offsets), and returning where this one ended
 // (fold.ScanOn); nil when the ledger topic does not exist.
-func (l *Ledger) entriesOn(ctx context.Context, from map[int32]int64, last int64, fn func(*schemas.LedgerEntry) error) (map[int32]int64, error) {
+func (l *Ledger) entriesOn(ctx context.Context, from *fold.Position, last int64, fn func(*schemas.LedgerEntry) error) (*fold.Position, error) {
 	ctx, view := strictView(ctx)
 	if last <= 0 {
 		last = -1

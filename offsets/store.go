@@ -228,7 +228,9 @@ func (s *Store) State(ctx context.Context, refs []connector.StateRef) ([][]byte,
 // The first call reads the ledger's last auditWindow offsets; each later
 // call of the same Store goes on from where the one before it ended, so a
 // run that started since is found however many entries of other
-// connectors followed its start entry (a quiet run asks every 30 s).
+// connectors followed its start entry (a quiet run asks every 30 s). A
+// partition added since is read whole; a ledger topic created again since
+// is read as at the first call.
 func (s *Store) LastRun(ctx context.Context) (string, error) {
 	if s.ledger == nil {
 		return "", nil
@@ -240,47 +242,32 @@ func (s *Store) LastRun(ctx context.Context) (string, error) {
 	ctx, cut := watchCut(ctx, w)
 	s.runMu.Lock()
 	defer s.runMu.Unlock()
-	for {
-		last := s.run.last
-		ends, err := s.ledger.entriesOn(ctx, s.run.pos, auditWindow, func(e *schemas.LedgerEntry) error {
-			if e.Kind == schemas.LedgerRun {
-				last = e.RunID
-			}
-			return nil
-		})
-		if err != nil {
-			return "", err
+	found := ""
+	pos, err := s.ledger.entriesOn(ctx, s.run.pos, auditWindow, func(e *schemas.LedgerEntry) error {
+		if e.Kind == schemas.LedgerRun {
+			found = e.RunID
 		}
-		if s.run.pos != nil && shrank(s.run.pos, ends) {
-			// The ledger topic was deleted and created again: what was
-			// read before is gone. Read its tail afresh.
-			s.run = runLook{}
-			continue
-		}
-		s.run = runLook{pos: ends, last: last}
-		if cut.Load() {
-			return "", nil
-		}
-		return last, nil
+		return nil
+	})
+	if err != nil {
+		return "", err
 	}
+	last := found
+	if found == "" && pos != nil && s.run.pos != nil && pos.TopicID == s.run.pos.TopicID {
+		last = s.run.last // this read went on from the last one and saw no run start
+	}
+	s.run = runLook{pos: pos, last: last} // pos nil: no ledger topic (yet)
+	if cut.Load() {
+		return "", nil
+	}
+	return last, nil
 }
 
 // runLook is where LastRun's last read of the ledger ended, and the newest
 // run it has seen up to there.
 type runLook struct {
-	pos  map[int32]int64
+	pos  *fold.Position
 	last string
-}
-
-// shrank reports whether a partition ends before an earlier read of it
-// did.
-func shrank(before, now map[int32]int64) bool {
-	for p, b := range before {
-		if n, ok := now[p]; ok && n < b {
-			return true
-		}
-	}
-	return false
 }
 
 // watchCut puts w on ctx with its Report also noting, in cut, that a view
