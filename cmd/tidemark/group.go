@@ -47,8 +47,14 @@ type taskEnv struct {
 	closed     bool
 }
 
+// poolKey tells the pools apart: by DSN and password, or, with a password
+// file, by DSN and file (its connections read the file themselves, and
+// what a task read from it at its start changes with each rotation).
 func poolKey(pc postgres.Config) string {
-	return pc.DSN + "\x00" + pc.Password + "\x00" + pc.PasswordFile
+	if pc.PasswordFile != "" {
+		return pc.DSN + "\x00file\x00" + pc.PasswordFile
+	}
+	return pc.DSN + "\x00" + pc.Password
 }
 
 // newTaskEnv opens what the tasks share; closeAll closes it after them.
@@ -172,7 +178,13 @@ type supervisor struct {
 
 	mu      sync.Mutex
 	running map[string]*runningTask
+
+	runTask func(context.Context, Task) error // tests: replaces runOnce
 }
+
+// taskPause is the unit of the pause before a task starts again: attempt
+// n waits n units, at most 12.
+var taskPause = 5 * time.Second
 
 type runningTask struct {
 	cancel context.CancelFunc
@@ -217,19 +229,28 @@ func (s *supervisor) start(t Task) {
 
 // run runs one task until ctx ends or it stops on its own. A transient
 // failure that outlasted sync.retry_timeout, or a fence, is retried after a
-// pause; a safety stop or a configuration error stops the task until it is
-// assigned again.
+// pause; a safety stop stops the task until it is assigned again, and so
+// does a configuration error at its first start. At a later start the
+// configuration is the one that worked before: a refused login, a secret
+// file missing, a revoked grant are the world changing under the task (a
+// password being rotated), retried after a pause as mid-run failures are.
 func (s *supervisor) run(ctx context.Context, t Task) error {
+	runOnce := s.runOnce
+	if s.runTask != nil {
+		runOnce = s.runTask
+	}
 	for attempt := 0; ; attempt++ {
-		err := s.runOnce(ctx, t)
+		err := runOnce(ctx, t)
 		if ctx.Err() != nil || err == nil || s.mode == connector.Once {
 			return err
 		}
-		pause := min(time.Duration(attempt+1)*5*time.Second, time.Minute)
-		switch exitCode(s.a.explainKafkaAccess(err)) {
-		case exitFailure:
+		pause := min(time.Duration(attempt+1)*taskPause, 12*taskPause)
+		switch code := exitCode(s.a.explainKafkaAccess(err)); {
+		case code == exitConfig && attempt > 0:
+			s.a.log.Warn("task failed to start again on a configuration it started with before (a password being rotated, a grant revoked?); starting it again", "task", t.Name, "in", pause, "err", err.Error())
+		case code == exitFailure:
 			s.a.log.Warn("task failed after its retries; starting it again", "task", t.Name, "in", pause, "err", err.Error())
-		case exitFenced:
+		case code == exitFenced:
 			// Another writer of the task initialised its session: a
 			// `tidemark sweep` or `reset`, a member with a different
 			// tables: list, or one the group already counts as gone. The

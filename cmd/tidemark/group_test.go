@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/connector/postgres"
 	"github.com/tidemark/tidemark/test/harness"
 )
@@ -230,5 +234,65 @@ func TestAssignedHereWaitsWhileTheGroupCannotBeDescribed(t *testing.T) {
 		if got != tc.want || timedOut == tc.want {
 			t.Errorf("%s: assignedHere = %v (waited until the deadline: %v), want %v", kerr.ErrorForCode(tc.code), got, timedOut, tc.want)
 		}
+	}
+}
+
+// TestPoolKeyIgnoresThePasswordReadFromItsFile: a task started again after
+// source.password_file was rotated reads a new password from it; it must
+// still share the pool of the tasks on the same DSN (whose connections read
+// the file themselves), not open one more pool per rotation, sized with
+// none of the need the member counted.
+func TestPoolKeyIgnoresThePasswordReadFromItsFile(t *testing.T) {
+	db := harness.NewDB(t)
+	env := &taskEnv{pools: map[string]*pgxpool.Pool{}, need: map[string]int{}}
+	defer env.close()
+	file := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(file, []byte("second\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before, err := env.pool(context.Background(), postgres.Config{DSN: db.URL, Password: "first", PasswordFile: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := env.pool(context.Background(), postgres.Config{DSN: db.URL, Password: "second", PasswordFile: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before != after {
+		t.Errorf("a rotated password file gave a task a pool of its own (%d pools for one DSN)", len(env.pools))
+	}
+}
+
+// A task that started before and now fails to start again with a
+// configuration error (source.password_file missing while it is rotated, a
+// login refused in between) is started again after a pause, as a failure
+// mid-run is retried; it does not stay stopped until the next rebalance.
+// A configuration error at its first start still stops it.
+func TestTaskStartedAgainRetriesAConfigurationError(t *testing.T) {
+	defer func(d time.Duration) { taskPause = d }(taskPause)
+	taskPause = time.Millisecond
+	var logs bytes.Buffer
+	refused := &ConfigError{Key: "source.password_file", Msg: "read password file /run/secrets/pg: no such file or directory"}
+	for _, tc := range []struct {
+		name    string
+		results []error // what each start returns
+		starts  int
+		want    error
+	}{
+		{"started before", []error{errors.New("transient failure outlasted sync.retry_timeout"), refused, refused, nil}, 4, nil},
+		{"first start", []error{refused, nil}, 1, refused},
+	} {
+		calls := 0
+		s := &supervisor{a: &cli{log: slog.New(slog.NewTextHandler(&logs, nil))}, running: map[string]*runningTask{}, mode: connector.Continuous,
+			runTask: func(context.Context, Task) error {
+				calls++
+				return tc.results[calls-1]
+			}}
+		if err := s.run(context.Background(), Task{Name: "orders"}); err != tc.want || calls != tc.starts {
+			t.Errorf("%s: run returned %v after %d starts; want %v after %d", tc.name, err, calls, tc.want, tc.starts)
+		}
+	}
+	if !strings.Contains(logs.String(), "failed to start again") {
+		t.Errorf("no warning for the start that failed:\n%s", logs.String())
 	}
 }
