@@ -17,10 +17,11 @@ import (
 )
 
 // TestPasswordRotation: the connector logs in as a role with a password
-// from source.password_file. Mid-run the password is rotated the way a
-// secret store does it (the file is replaced, then the role's password
-// changed) and every session of the connector is cut, as a failover or a
-// pooler restart would. The connector must log in again with the new
+// from source.password_file. Mid-run the file disappears for a while and
+// every session of the connector is cut (reconnecting fails meanwhile, as
+// a transient failure); then the password is rotated the way a secret
+// store does it (the file is replaced, then the role's password changed)
+// and the sessions are cut again, as a failover or a pooler restart would. The connector must log in again with the new
 // password, by itself: the pool's sessions and the notify listener's (the
 // poll interval is an hour, so without the listener nothing would run).
 // Nothing may be lost or duplicated, and no password may reach the logs.
@@ -73,16 +74,33 @@ func TestPasswordRotation(t *testing.T) {
 	commits := func() int { return strings.Count(proc.stderr.String(), `"msg":"committed"`) }
 	waitFor(t, 60*time.Second, "the first commits", func() bool { return commits() >= 3 })
 
-	writeSecret(newPW)
-	w.db.Exec(t, fmt.Sprintf(`ALTER ROLE tm_rotate PASSWORD '%s'`, newPW))
-	var cut int
-	if err := w.db.Pool.QueryRow(context.Background(),
-		`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = 'tm_rotate'`).Scan(&cut); err != nil {
+	cutSessions := func() int {
+		t.Helper()
+		var cut int
+		if err := w.db.Pool.QueryRow(context.Background(),
+			`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = 'tm_rotate'`).Scan(&cut); err != nil {
+			t.Fatal(err)
+		}
+		return cut
+	}
+	// The secret store removes the file for a moment: the connections
+	// opened meanwhile fail, as transient failures that name the file, and
+	// the process keeps running.
+	if err := os.Remove(pwFile); err != nil {
 		t.Fatal(err)
 	}
-	if cut < 2 {
+	if cut := cutSessions(); cut < 2 {
 		t.Fatalf("cut %d sessions of the connector; want its pool's and its listener's", cut)
 	}
+	waitFor(t, 30*time.Second, "warnings naming the missing password file", func() bool {
+		return strings.Contains(proc.stderr.String(), "read password file "+pwFile)
+	})
+	if !proc.running() {
+		t.Fatalf("tidemark exited %d while its password file was missing; stderr tail:\n%s", proc.code, tail(proc.stderr.String(), 3000))
+	}
+	writeSecret(newPW)
+	w.db.Exec(t, fmt.Sprintf(`ALTER ROLE tm_rotate PASSWORD '%s'`, newPW))
+	cutSessions()
 	before := commits()
 	cutAt := time.Now()
 	deadline := cutAt.Add(90 * time.Second)
