@@ -78,6 +78,11 @@ type Writer struct {
 	tbuf []byte          // updated_at headers
 	kbuf []byte          // keys
 	pctx context.Context // the transaction's produce context (not cancellable)
+
+	// Topics this session has produced to whose partitions the client is
+	// not yet known to have published (see settle), and those it has.
+	unsettled map[string]bool
+	settled   map[string]bool
 }
 
 const slab = 1024
@@ -204,6 +209,7 @@ func (w *Writer) Publish(ctx context.Context, r *connector.Row) error {
 		}
 	}
 	if len(w.recs) == 0 {
+		w.producedTo(w.cfg.Topic) // once a slab: enough, and off the per-record path
 		w.recs = make([]kgo.Record, slab)
 		w.hdrs = make([]kgo.RecordHeader, 3*slab)
 	}
@@ -252,6 +258,12 @@ func opValue(op string) []byte {
 // outcome to Reset: the engine never retries a commit.
 func (w *Writer) Commit(ctx context.Context, c *connector.Commit) error {
 	var offsets []int64
+	if len(c.State) > 0 || c.Checkpoint != nil {
+		w.producedTo(w.cfg.OffsetsTopic)
+	}
+	if c.Ledger != nil && w.cfg.LedgerTopic != "" {
+		w.producedTo(w.cfg.LedgerTopic)
+	}
 	if len(c.State) > 0 {
 		offsets = make([]int64, len(c.State))
 		for i, st := range c.State {
@@ -287,6 +299,7 @@ func (w *Writer) Commit(ctx context.Context, c *connector.Commit) error {
 		return err
 	}
 	failpoint.Hit(failpoint.DuringCommit)
+	w.settle(ctx)
 	if err := w.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
 		return fmt.Errorf("end transaction (commit): %w", classify(err))
 	}
@@ -311,11 +324,66 @@ func (w *Writer) Abort(ctx context.Context) error {
 	if err := w.cl.AbortBufferedRecords(ctx); err != nil {
 		return classify(err)
 	}
+	w.settle(ctx)
 	if err := w.cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
 		return classify(err)
 	}
 	return nil
 }
+
+// producedTo notes that the session produces to topic.
+func (w *Writer) producedTo(topic string) {
+	if w.settled[topic] || w.unsettled[topic] {
+		return
+	}
+	if w.unsettled == nil {
+		w.unsettled, w.settled = map[string]bool{}, map[string]bool{}
+	}
+	w.unsettled[topic] = true
+}
+
+// settle waits, before a transaction ends, until the client has published
+// the partitions of every topic the session produced to since the last
+// settle (PartitionLeader answers for them), at most settleWait.
+//
+// franz-go (v1.22.3) can send a topic's first records before it publishes
+// the topic's partitions: the metadata update routes the records waiting
+// for the topic into the new partition buffers, where the sink may send
+// them (with AddPartitionsToTxn) at once, and stores the partitions only
+// after. EndTransaction resets the "added to the transaction" mark of the
+// partitions it can see; a partition it cannot see yet keeps its mark, so
+// the next transaction writes to it without adding it first, and the broker
+// refuses that produce (INVALID_TXN_STATE; a broker without partition
+// verification takes it into no transaction). The window is microseconds
+// unless the metadata goroutine is descheduled in it; once the partitions
+// are published the next EndTransaction sees them. docs/design.md, "One
+// writer".
+func (w *Writer) settle(ctx context.Context) {
+	if len(w.unsettled) == 0 {
+		return
+	}
+	deadline := time.Now().Add(settleWait)
+	for topic := range w.unsettled {
+		for {
+			// -1 and no error: the client has not published the topic's
+			// partitions. A load error counts as published: the topic's
+			// records failed and were never added to the transaction.
+			if leader, _, err := w.cl.PartitionLeader(topic, 0); leader >= 0 || err != nil {
+				delete(w.unsettled, topic)
+				w.settled[topic] = true
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return // still unsettled: waited for again at the next end
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// settleWait bounds settle: the partitions are published right after the
+// records that wait for them are routed.
+const settleWait = time.Second
 
 // Recover ends whatever the session left open after a failure and makes
 // its producer id usable again the way KIP-360 intends: kgo re-initialises
@@ -332,6 +400,7 @@ func (w *Writer) Recover(ctx context.Context) error {
 	if err := w.cl.AbortBufferedRecords(ctx); err != nil {
 		return fmt.Errorf("drop buffered records: %w", classifyRecover(err))
 	}
+	w.settle(ctx)
 	if err := w.cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
 		return fmt.Errorf("abort the open transaction: %w", classifyRecover(err))
 	}
