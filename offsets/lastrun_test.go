@@ -38,7 +38,7 @@ func TestLastRunNamesNoOlderRunFromACutView(t *testing.T) {
 	put(t, c2, "led", "c", runEntry(t, "r2"))
 	endTxn(t, c2, true)
 
-	store := offsets.NewStore(opts, "off", "c").FailClosed(offsets.NewLedger(opts, "led", "c"), "")
+	store := ledgerStore(opts)
 	last, err := store.LastRun(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -61,13 +61,7 @@ func TestLastRunNamesNoOlderRunFromACutView(t *testing.T) {
 func TestLastRunSeesARunBeyondTheAuditWindow(t *testing.T) {
 	opts := offLedTopics(t)
 	ctx := context.Background()
-	c1 := txnWriter(t, opts, "tidemark-c")
-	put(t, c1, "led", "c", runEntry(t, "r1"))
-	endTxn(t, c1, true)
-	store := offsets.NewStore(opts, "off", "c").FailClosed(offsets.NewLedger(opts, "led", "c"), "")
-	if last, err := store.LastRun(ctx); err != nil || last != "r1" {
-		t.Fatalf("LastRun: %q, %v; want r1", last, err)
-	}
+	store := startedStore(t, opts)
 	c2 := txnWriter(t, opts, "tidemark-c")
 	put(t, c2, "led", "c", runEntry(t, "r2"))
 	endTxn(t, c2, true)
@@ -84,7 +78,7 @@ func TestLastRunSeesARunBeyondTheAuditWindow(t *testing.T) {
 	}
 	// A new Store (a new process) has no earlier look to go on from: it
 	// reads the tail, as at start.
-	fresh := offsets.NewStore(opts, "off", "c").FailClosed(offsets.NewLedger(opts, "led", "c"), "")
+	fresh := ledgerStore(opts)
 	if last, err := fresh.LastRun(ctx); err != nil || last != "" {
 		t.Fatalf("a new store's LastRun: %q, %v; want no verdict (r2 lies beyond the tail)", last, err)
 	}
@@ -98,13 +92,7 @@ func TestLastRunAfterTheLedgerTopicChanged(t *testing.T) {
 	ctx := context.Background()
 	t.Run("partition added", func(t *testing.T) {
 		opts := offLedTopics(t)
-		c1 := txnWriter(t, opts, "tidemark-c")
-		put(t, c1, "led", "c", runEntry(t, "r1"))
-		endTxn(t, c1, true)
-		store := offsets.NewStore(opts, "off", "c").FailClosed(offsets.NewLedger(opts, "led", "c"), "")
-		if last, err := store.LastRun(ctx); err != nil || last != "r1" {
-			t.Fatalf("LastRun: %q, %v; want r1", last, err)
-		}
+		store := startedStore(t, opts)
 		adm := admin(t, opts)
 		if _, err := adm.CreatePartitions(ctx, 1, "led"); err != nil {
 			t.Fatal(err)
@@ -127,16 +115,7 @@ func TestLastRunAfterTheLedgerTopicChanged(t *testing.T) {
 	})
 	t.Run("topic created again", func(t *testing.T) {
 		opts := offLedTopics(t)
-		c1 := txnWriter(t, opts, "tidemark-c")
-		for range 5 {
-			put(t, c1, "led", "x", ledgerEntry(t, schemas.LedgerTxn, 1, "x"))
-		}
-		put(t, c1, "led", "c", runEntry(t, "r1"))
-		endTxn(t, c1, true)
-		store := offsets.NewStore(opts, "off", "c").FailClosed(offsets.NewLedger(opts, "led", "c"), "")
-		if last, err := store.LastRun(ctx); err != nil || last != "r1" {
-			t.Fatalf("LastRun: %q, %v; want r1", last, err)
-		}
+		store := startedStore(t, opts)
 		adm := admin(t, opts)
 		if _, err := adm.DeleteTopics(ctx, "led"); err != nil {
 			t.Fatal(err)
@@ -154,6 +133,25 @@ func TestLastRunAfterTheLedgerTopicChanged(t *testing.T) {
 			t.Fatalf("LastRun after the ledger topic was created again: %q, %v; want r2", last, err)
 		}
 	})
+}
+
+// ledgerStore is connector c's store on the topics of offLedTopics.
+func ledgerStore(opts []kgo.Opt) *offsets.Store {
+	return offsets.NewStore(opts, "off", "c").FailClosed(offsets.NewLedger(opts, "led", "c"), "")
+}
+
+// startedStore commits run r1's start entry for connector c and returns a
+// store whose first LastRun named it.
+func startedStore(t *testing.T, opts []kgo.Opt) *offsets.Store {
+	t.Helper()
+	c1 := txnWriter(t, opts, "tidemark-c")
+	put(t, c1, "led", "c", runEntry(t, "r1"))
+	endTxn(t, c1, true)
+	store := ledgerStore(opts)
+	if last, err := store.LastRun(context.Background()); err != nil || last != "r1" {
+		t.Fatalf("LastRun: %q, %v; want r1", last, err)
+	}
+	return store
 }
 
 func admin(t *testing.T, opts []kgo.Opt) *kadm.Client {

@@ -406,6 +406,20 @@ func fakePostgres(t *testing.T) (port string, got <-chan string) {
 	return port, ch
 }
 
+// wantPassword checks that the first password fakePostgres got (from the
+// command labelled what, which exited code) is want.
+func wantPassword(t *testing.T, got <-chan string, what, want string, code int, errOut string) {
+	t.Helper()
+	select {
+	case pw := <-got:
+		if pw != want {
+			t.Errorf("%s: the server got password %q, want %q", what, pw, want)
+		}
+	default:
+		t.Errorf("%s: no password reached the server (exit %d)\n%s", what, code, errOut)
+	}
+}
+
 // Item 13: replica sends the password of --target-password-env or
 // --target-password-file, or, reusing the source DSN, source.password_env
 // or source.password_file; verify --replica-dsn likewise. Nobody has to put
@@ -433,14 +447,7 @@ func TestCLIReplicaPasswords(t *testing.T) {
 		{[]string{"replica", "--config", fromEnv, "--target-table", "r", "--infer", "--once", "--target-password-file", pwFile}, "file-S3cret"},
 	} {
 		code, out, errOut := edgeCLI(t, env, tc.args...)
-		select {
-		case pw := <-got:
-			if pw != tc.want {
-				t.Errorf("%v: the server got password %q, want %q", tc.args, pw, tc.want)
-			}
-		default:
-			t.Errorf("%v: no password reached the server (exit %d)\n%s", tc.args, code, errOut)
-		}
+		wantPassword(t, got, fmt.Sprint(tc.args), tc.want, code, errOut)
 		if code != exitConfig || !strings.Contains(errOut, "refused the password") {
 			t.Errorf("%v: exit %d, want %d saying the password was refused\n%s", tc.args, code, exitConfig, errOut)
 		}
@@ -866,14 +873,7 @@ func TestCLIVerifyReplicaPasswordIsTheReplicas(t *testing.T) {
 	} {
 		args := append([]string{"verify", "--config", cfg, "--replica-table", "r", "--replica-dsn", replicaDSN}, tc.flags...)
 		code, _, errOut := edgeCLI(t, env, args...)
-		select {
-		case pw := <-got:
-			if pw != tc.want {
-				t.Errorf("%v: the replica database got password %q, want %q", tc.flags, pw, tc.want)
-			}
-		default:
-			t.Errorf("%v: no password reached the replica database (exit %d)\n%s", tc.flags, code, errOut)
-		}
+		wantPassword(t, got, fmt.Sprint(tc.flags), tc.want, code, errOut)
 		for len(got) > 0 {
 			<-got
 		}

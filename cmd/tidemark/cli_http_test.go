@@ -277,12 +277,7 @@ func TestHTTPAuthValueFileIsReadForEveryRequest(t *testing.T) {
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := LoadConfig(path, func(string) string { return "" }, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &cli{cfg: cfg, env: func(string) string { return "" }, log: slog.New(slog.DiscardHandler)}
-	src, err := a.source(context.Background())
+	src, err := loadedCLI(t, path).source(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -382,26 +382,13 @@ func TestResetToAFutureWatermarkIsRefused(t *testing.T) {
 // broker restarts) log in with the new password.
 func TestSecuritySASLPasswordRotation(t *testing.T) {
 	w := newSecWorld(t, nil)
-	path := w.config("rot.yaml", secPassword)
-	cfg, err := LoadConfig(path, func(string) string { return "" }, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &cli{cfg: cfg, env: func(string) string { return "" }, log: slog.New(slog.DiscardHandler)}
-	opts, err := a.securityOpts()
+	opts, err := loadedCLI(t, w.config("rot.yaml", secPassword)).securityOpts()
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	login := func() error {
-		cl, err := kgo.NewClient(append(slices.Clone(opts), kgo.SeedBrokers(w.brokers...))...)
-		if err != nil {
-			return err
-		}
-		defer cl.Close()
-		return cl.Ping(ctx)
-	}
+	login := func() error { return kafkaPing(ctx, opts, w.brokers) }
 	if err := login(); err != nil {
 		t.Fatalf("login with the first password: %v", err)
 	}
@@ -424,4 +411,30 @@ func TestSecuritySASLPasswordRotation(t *testing.T) {
 	if err := login(); err != nil {
 		t.Fatalf("login after the rotation, with the same options: %v (the password file was read once, at start)", err)
 	}
+}
+
+// loadedCLI is the cli of the configuration file at path, loaded as a
+// command loads it (with no environment), logging nowhere: for tests of
+// what tidemark builds from a configuration.
+func loadedCLI(t *testing.T, path string) *cli {
+	t.Helper()
+	cfg, err := LoadConfig(path, func(string) string { return "" }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &cli{cfg: cfg, env: func(string) string { return "" }, log: slog.New(slog.DiscardHandler)}
+}
+
+// kafkaPing connects a new client with opts to brokers and pings them: a
+// fresh connection and login, as a new producer session or a reconnect
+// makes one.
+func kafkaPing(ctx context.Context, opts []kgo.Opt, brokers []string) error {
+	cl, err := kgo.NewClient(append(slices.Clone(opts), kgo.SeedBrokers(brokers...), kgo.RetryTimeout(3*time.Second))...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return cl.Ping(ctx)
 }

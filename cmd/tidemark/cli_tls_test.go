@@ -10,19 +10,16 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
-	"log/slog"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // testCA is a throwaway certificate authority for TLS tests.
@@ -131,27 +128,13 @@ func TestSecurityTLSClientCertificateRotation(t *testing.T) {
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := LoadConfig(path, func(string) string { return "" }, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &cli{cfg: cfg, env: func(string) string { return "" }, log: slog.New(slog.DiscardHandler)}
-	opts, err := a.securityOpts()
+	opts, err := loadedCLI(t, path).securityOpts()
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	connect := func() error {
-		cl, err := kgo.NewClient(append(slices.Clone(opts), kgo.SeedBrokers(c.ListenAddrs()...), kgo.RetryTimeout(3*time.Second))...)
-		if err != nil {
-			return err
-		}
-		defer cl.Close()
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		return cl.Ping(pctx)
-	}
+	connect := func() error { return kafkaPing(ctx, opts, c.ListenAddrs()) }
 	if err := connect(); err != nil {
 		t.Fatalf("connect with the first certificate: %v", err)
 	}
