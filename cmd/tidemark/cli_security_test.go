@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -437,4 +438,20 @@ func kafkaPing(ctx context.Context, opts []kgo.Opt, brokers []string) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	return cl.Ping(ctx)
+}
+
+// A SASL login that failed (the broker closed the connection) labels the
+// errors that follow as a refused login only until a login goes through:
+// during a rotation a refusal is routine, and a later, unrelated failure
+// must not be reported as one (exit 2).
+func TestSASLRejectionIsForgottenAfterALogin(t *testing.T) {
+	w := &saslWatch{}
+	w.OnBrokerRead(kgo.BrokerMetadata{}, int16(kmsg.SASLAuthenticate), 0, 0, 0, io.EOF)
+	if !w.rejected.Load() {
+		t.Fatal("a failed SASLAuthenticate read was not noted")
+	}
+	w.OnBrokerRead(kgo.BrokerMetadata{}, int16(kmsg.SASLAuthenticate), 0, 0, 0, nil)
+	if w.rejected.Load() {
+		t.Fatal("a login that went through did not clear the noted refusal")
+	}
 }

@@ -179,7 +179,7 @@ type supervisor struct {
 	mu      sync.Mutex
 	running map[string]*runningTask
 
-	runTask func(context.Context, Task) error // tests: replaces runOnce
+	runTask func(context.Context, Task) (bool, error) // tests: replaces runOnce
 }
 
 // taskPause is the unit of the pause before a task starts again: attempt
@@ -229,25 +229,28 @@ func (s *supervisor) start(t Task) {
 
 // run runs one task until ctx ends or it stops on its own. A transient
 // failure that outlasted sync.retry_timeout, or a fence, is retried after a
-// pause; a safety stop stops the task until it is assigned again, and so
-// does a configuration error at its first start. At a later start the
-// configuration is the one that worked before: a refused login, a secret
-// file missing, a revoked grant are the world changing under the task (a
-// password being rotated), retried after a pause as mid-run failures are.
+// pause; a safety stop or a configuration error stops the task until it is
+// assigned again. Except an access error (a login refused, a password file
+// missing, a grant lacking) of a task that has started before: the
+// credentials it started with worked, so the world changed under it (a
+// password being rotated), and it is retried after a pause, as such
+// failures are mid-run.
 func (s *supervisor) run(ctx context.Context, t Task) error {
 	runOnce := s.runOnce
 	if s.runTask != nil {
 		runOnce = s.runTask
 	}
+	startedBefore := false
 	for attempt := 0; ; attempt++ {
-		err := runOnce(ctx, t)
+		started, err := runOnce(ctx, t)
 		if ctx.Err() != nil || err == nil || s.mode == connector.Once {
 			return err
 		}
 		pause := min(time.Duration(attempt+1)*taskPause, 12*taskPause)
-		switch code := exitCode(s.a.explainKafkaAccess(err)); {
-		case code == exitConfig && attempt > 0:
-			s.a.log.Warn("task failed to start again on a configuration it started with before (a password being rotated, a grant revoked?); starting it again", "task", t.Name, "in", pause, "err", err.Error())
+		xerr := s.a.explainKafkaAccess(err)
+		switch code := exitCode(xerr); {
+		case code == exitConfig && startedBefore && accessError(xerr):
+			s.a.log.Warn("task that started before was refused access (a password being rotated, a grant revoked?); starting it again", "task", t.Name, "in", pause, "err", xerr.Error())
 		case code == exitFailure:
 			s.a.log.Warn("task failed after its retries; starting it again", "task", t.Name, "in", pause, "err", err.Error())
 		case code == exitFenced:
@@ -269,6 +272,7 @@ func (s *supervisor) run(ctx context.Context, t Task) error {
 		default:
 			return err
 		}
+		startedBefore = startedBefore || started
 		select {
 		case <-ctx.Done():
 			return err
@@ -277,13 +281,16 @@ func (s *supervisor) run(ctx context.Context, t Task) error {
 	}
 }
 
-func (s *supervisor) runOnce(ctx context.Context, t Task) (err error) {
+// runOnce runs the task once; started reports whether its engine started
+// (its configuration, sources and producer session opened).
+func (s *supervisor) runOnce(ctx context.Context, t Task) (started bool, err error) {
 	c := s.a.forTask(t, s.env)
 	defer c.closeAll()
 	c.log.Info("task starting", "table", t.Cfg.Source.Schema+"."+t.Cfg.Source.Table, "topic", t.Cfg.Kafka.Topic,
 		"transactional_id", "tidemark-"+t.Cfg.Name)
 	e, _, err := c.engine(ctx)
 	if err == nil {
+		started = true
 		var comp *connector.Completion
 		comp, err = e.Run(ctx, s.mode)
 		if comp != nil && s.mode == connector.Once {
@@ -293,7 +300,7 @@ func (s *supervisor) runOnce(ctx context.Context, t Task) (err error) {
 	switch {
 	case ctx.Err() != nil:
 		c.log.Info("task stopped", "reason", "given up to the group or shutting down")
-		return nil
+		return started, nil
 	case err != nil:
 		code := exitCode(c.explainKafkaAccess(err))
 		c.log.Error("task stopped; the other tasks go on", "exit_code", code, "err", err.Error(), "action", errorAction(err, code))
@@ -301,7 +308,7 @@ func (s *supervisor) runOnce(ctx context.Context, t Task) (err error) {
 			s.env.group.ObserveTaskStop()
 		}
 	}
-	return err
+	return started, err
 }
 
 // stop stops the named tasks and waits until each has ended (its open
@@ -532,7 +539,7 @@ func (a *cli) runTasksOnce(ctx context.Context) error {
 	errs := make([]error, len(tasks))
 	var wg sync.WaitGroup
 	for i, t := range tasks {
-		wg.Go(func() { errs[i] = s.runOnce(ctx, t) })
+		wg.Go(func() { _, errs[i] = s.runOnce(ctx, t) })
 	}
 	wg.Wait()
 	return worst(tasks, errs)

@@ -263,36 +263,44 @@ func TestPoolKeyIgnoresThePasswordReadFromItsFile(t *testing.T) {
 	}
 }
 
-// A task that started before and now fails to start again with a
-// configuration error (source.password_file missing while it is rotated, a
-// login refused in between) is started again after a pause, as a failure
-// mid-run is retried; it does not stay stopped until the next rebalance.
-// A configuration error at its first start still stops it.
-func TestTaskStartedAgainRetriesAConfigurationError(t *testing.T) {
+// A task that started before and now fails to start again on an access
+// error (source.password_file missing while it is rotated, a login refused
+// in between) is started again after a pause, as such a failure mid-run is
+// retried; it does not stay stopped until the next rebalance. Any other
+// configuration error, and an access error of a task that never started,
+// still stop it.
+func TestTaskStartedAgainRetriesAnAccessError(t *testing.T) {
 	defer func(d time.Duration) { taskPause = d }(taskPause)
 	taskPause = time.Millisecond
 	var logs bytes.Buffer
-	refused := &ConfigError{Key: "source.password_file", Msg: "read password file /run/secrets/pg: no such file or directory"}
+	refused := &ConfigError{Key: "source.password_file", Msg: "read password file /run/secrets/pg: no such file or directory", Access: true}
+	filter := &ConfigError{Key: "source.filter", Msg: "the filter fails on a row"}
+	transient := errors.New("transient failure outlasted sync.retry_timeout")
+	type start struct {
+		started bool
+		err     error
+	}
 	for _, tc := range []struct {
-		name    string
-		results []error // what each start returns
-		starts  int
-		want    error
+		name   string
+		starts []start // what each start returns
+		want   error
 	}{
-		{"started before", []error{errors.New("transient failure outlasted sync.retry_timeout"), refused, refused, nil}, 4, nil},
-		{"first start", []error{refused, nil}, 1, refused},
+		{"started before", []start{{true, transient}, {false, refused}, {false, refused}, {true, nil}}, nil},
+		{"first start", []start{{false, refused}}, refused},
+		{"never started", []start{{false, transient}, {false, refused}}, refused},
+		{"not about access", []start{{true, transient}, {false, filter}}, filter},
 	} {
 		calls := 0
 		s := &supervisor{a: &cli{log: slog.New(slog.NewTextHandler(&logs, nil))}, running: map[string]*runningTask{}, mode: connector.Continuous,
-			runTask: func(context.Context, Task) error {
+			runTask: func(context.Context, Task) (bool, error) {
 				calls++
-				return tc.results[calls-1]
+				return tc.starts[calls-1].started, tc.starts[calls-1].err
 			}}
-		if err := s.run(context.Background(), Task{Name: "orders"}); err != tc.want || calls != tc.starts {
-			t.Errorf("%s: run returned %v after %d starts; want %v after %d", tc.name, err, calls, tc.want, tc.starts)
+		if err := s.run(context.Background(), Task{Name: "orders"}); err != tc.want || calls != len(tc.starts) {
+			t.Errorf("%s: run returned %v after %d starts; want %v after %d", tc.name, err, calls, tc.want, len(tc.starts))
 		}
 	}
-	if !strings.Contains(logs.String(), "failed to start again") {
-		t.Errorf("no warning for the start that failed:\n%s", logs.String())
+	if !strings.Contains(logs.String(), "refused access") {
+		t.Errorf("no warning for the start that was refused:\n%s", logs.String())
 	}
 }
