@@ -258,13 +258,8 @@ func opValue(op string) []byte {
 // outcome to Reset: the engine never retries a commit.
 func (w *Writer) Commit(ctx context.Context, c *connector.Commit) error {
 	var offsets []int64
-	if len(c.State) > 0 || c.Checkpoint != nil {
-		w.producedTo(w.cfg.OffsetsTopic)
-	}
-	if c.Ledger != nil && w.cfg.LedgerTopic != "" {
-		w.producedTo(w.cfg.LedgerTopic)
-	}
 	if len(c.State) > 0 {
+		w.producedTo(w.cfg.OffsetsTopic)
 		offsets = make([]int64, len(c.State))
 		for i, st := range c.State {
 			rec := &kgo.Record{Topic: w.cfg.OffsetsTopic, Key: []byte(st.Key), Value: st.Value}
@@ -290,9 +285,11 @@ func (w *Writer) Commit(ctx context.Context, c *connector.Commit) error {
 			_ = w.Abort(ctx)
 			return fmt.Errorf("checkpoint of %d bytes exceeds %d: %w", len(checkpoint), MaxCheckpointBytes, connector.ErrPermanent)
 		}
+		w.producedTo(w.cfg.OffsetsTopic)
 		w.cl.Produce(ctx, &kgo.Record{Topic: w.cfg.OffsetsTopic, Key: []byte(w.cfg.Name), Value: checkpoint}, w.promise)
 	}
 	if c.Ledger != nil && w.cfg.LedgerTopic != "" {
+		w.producedTo(w.cfg.LedgerTopic)
 		w.cl.Produce(ctx, &kgo.Record{Topic: w.cfg.LedgerTopic, Key: []byte(w.cfg.Name), Value: c.Ledger}, w.promise)
 	}
 	if err := w.flush(ctx); err != nil {
@@ -365,10 +362,12 @@ func (w *Writer) settle(ctx context.Context) {
 	deadline := time.Now().Add(settleWait)
 	for topic := range w.unsettled {
 		for {
-			// -1 and no error: the client has not published the topic's
-			// partitions. A load error counts as published: the topic's
-			// records failed and were never added to the transaction.
-			if leader, _, err := w.cl.PartitionLeader(topic, 0); leader >= 0 || err != nil {
+			// -1 and no error, or a retriable error (the topic's load
+			// failed and is retried, its records wait): the client has
+			// not published the topic's partitions. A published partition
+			// reports its leader, or no leader (math.MinInt32) and an
+			// error. A load error that is not retried failed the records.
+			if leader, _, err := w.cl.PartitionLeader(topic, 0); leader != -1 || (err != nil && !kerr.IsRetriable(err)) {
 				delete(w.unsettled, topic)
 				w.settled[topic] = true
 				break
