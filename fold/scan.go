@@ -43,13 +43,17 @@ func ScanTail(ctx context.Context, opts []kgo.Opt, topic string, n int64, fn fun
 type Position struct {
 	TopicID [16]byte
 	Ends    map[int32]int64
+	// Afresh: the scan that returned it did not go on from its from (none,
+	// or the topic was created again since): it read as ScanTail reads.
+	Afresh bool
 }
 
 // ScanOn is ScanTail going on from an earlier scan (from; nil: none): a
 // partition of from is read from where from ended (from its start offset
 // once retention has passed that), a partition added since from all of
-// it. A topic deleted and created again since (another id) is read as
-// ScanTail reads it. It returns where this scan's view ended, the from of
+// it. A topic deleted and created again since (another id; with brokers
+// before Kafka 2.8, which give no ids, a partition that ends before from)
+// is read as ScanTail reads it. It returns where this scan's view ended, the from of
 // the next scan, which then reads each committed record once, however
 // many were written in between. (After a callback's ErrStop, the scan
 // ended early and the returned position is no place to go on from.)
@@ -59,15 +63,18 @@ func ScanOn(ctx context.Context, opts []kgo.Opt, topic string, from *Position, n
 		return nil, fmt.Errorf("scan %s: %w", topic, err)
 	}
 	defer cl.Close()
-	ends, starts, _, err := bounds(ctx, kadm.NewClient(cl), topic, ViewWait{}.or(ctx))
-	if err != nil {
-		return nil, err
-	}
+	// The id first: a topic created again between the two reads pairs the
+	// old id with the new offsets, and the next scan, seeing another id,
+	// reads afresh (the other way round it could skip entries).
 	f := &fetcher{cl: cl, topic: topic, dec: kgo.DefaultDecompressor()}
 	if err := f.locate(ctx); err != nil {
 		return nil, err
 	}
-	if from != nil && from.TopicID != f.id {
+	ends, starts, _, err := bounds(ctx, kadm.NewClient(cl), topic, ViewWait{}.or(ctx))
+	if err != nil {
+		return nil, err
+	}
+	if from != nil && (from.TopicID != f.id || f.id == [16]byte{} && shrank(from.Ends, ends)) {
 		from = nil
 	}
 	for p, end := range ends {
@@ -88,7 +95,18 @@ func ScanOn(ctx context.Context, opts []kgo.Opt, topic string, from *Position, n
 	if err := f.scanRanges(ctx, starts, ends, nil, fn); err != nil {
 		return nil, err
 	}
-	return &Position{TopicID: f.id, Ends: ends}, nil
+	return &Position{TopicID: f.id, Ends: ends, Afresh: from == nil}, nil
+}
+
+// shrank reports whether a partition ends before an earlier view of it
+// did.
+func shrank(before, now map[int32]int64) bool {
+	for p, b := range before {
+		if n, ok := now[p]; ok && n < b {
+			return true
+		}
+	}
+	return false
 }
 
 // ScanRange calls fn for every committed data record of one partition of

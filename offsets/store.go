@@ -253,7 +253,7 @@ func (s *Store) LastRun(ctx context.Context) (string, error) {
 		return "", err
 	}
 	last := found
-	if found == "" && pos != nil && s.run.pos != nil && pos.TopicID == s.run.pos.TopicID {
+	if found == "" && pos != nil && !pos.Afresh {
 		last = s.run.last // this read went on from the last one and saw no run start
 	}
 	s.run = runLook{pos: pos, last: last} // pos nil: no ledger topic (yet)
