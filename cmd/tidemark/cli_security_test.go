@@ -443,15 +443,22 @@ func kafkaPing(ctx context.Context, opts []kgo.Opt, brokers []string) error {
 // A SASL login that failed (the broker closed the connection) labels the
 // errors that follow as a refused login only until a login goes through:
 // during a rotation a refusal is routine, and a later, unrelated failure
-// must not be reported as one (exit 2).
+// must not be reported as one (exit 2). A SASLAuthenticate answered (the
+// first of SCRAM's two rounds, on another connection) proves no login.
 func TestSASLRejectionIsForgottenAfterALogin(t *testing.T) {
 	w := &saslWatch{}
 	w.OnBrokerRead(kgo.BrokerMetadata{}, int16(kmsg.SASLAuthenticate), 0, 0, 0, io.EOF)
 	if !w.rejected.Load() {
 		t.Fatal("a failed SASLAuthenticate read was not noted")
 	}
-	w.OnBrokerRead(kgo.BrokerMetadata{}, int16(kmsg.SASLAuthenticate), 0, 0, 0, nil)
+	for _, k := range []kmsg.Key{kmsg.SASLAuthenticate, kmsg.SASLHandshake, kmsg.ApiVersions} {
+		w.OnBrokerRead(kgo.BrokerMetadata{}, int16(k), 0, 0, 0, nil)
+		if !w.rejected.Load() {
+			t.Fatalf("an answered %s cleared the noted refusal: it proves no login", k.Name())
+		}
+	}
+	w.OnBrokerRead(kgo.BrokerMetadata{}, int16(kmsg.Metadata), 0, 0, 0, nil)
 	if w.rejected.Load() {
-		t.Fatal("a login that went through did not clear the noted refusal")
+		t.Fatal("a request answered after a login did not clear the noted refusal")
 	}
 }

@@ -358,16 +358,16 @@ type ConfigError struct {
 	Msg string
 	// Err is the underlying cause, if any.
 	Err error
-	// Access marks a refused login, a missing secret or a lacking grant:
-	// what can change under a running process (a rotation, a GRANT),
-	// unlike the rest of the configuration.
-	Access bool
+	// Credentials marks a refused login or a secret that cannot be read:
+	// what a rotation changes under a running process, unlike the rest of
+	// the configuration (a lacking grant or ACL is not one of them).
+	Credentials bool
 }
 
-// accessError reports whether err is a ConfigError about access.
-func accessError(err error) bool {
+// credentialsError reports whether err is a ConfigError about credentials.
+func credentialsError(err error) bool {
 	var ce *ConfigError
-	return errors.As(err, &ce) && ce.Access
+	return errors.As(err, &ce) && ce.Credentials
 }
 
 func (e *ConfigError) Error() string {
@@ -961,7 +961,7 @@ func (c *Config) Password(env func(string) string) (string, error) {
 		name := c.Source.PasswordEnv
 		v := env(name)
 		if v == "" {
-			return "", &ConfigError{Key: "source.password_env", Origin: c.origin["source.password_env"], Access: true,
+			return "", &ConfigError{Key: "source.password_env", Origin: c.origin["source.password_env"], Credentials: true,
 				Msg: fmt.Sprintf("environment variable %s is not set or empty; export it, or use source.password_file", name)}
 		}
 		return v, nil
@@ -970,7 +970,7 @@ func (c *Config) Password(env func(string) string) (string, error) {
 		// again for every new connection (postgres.Config.PasswordFile).
 		v, err := postgres.ReadPasswordFile(c.Source.PasswordFile)
 		if err != nil {
-			return "", &ConfigError{Key: "source.password_file", Origin: c.origin["source.password_file"], Msg: err.Error(), Access: true}
+			return "", &ConfigError{Key: "source.password_file", Origin: c.origin["source.password_file"], Msg: err.Error(), Credentials: true}
 		}
 		return v, nil
 	}

@@ -56,7 +56,7 @@ func openError(key, dsn, what string, err error) error {
 		}
 		if fix != "" {
 			return &ConfigError{Key: key, Msg: fmt.Sprintf("%s %s: %s (PostgreSQL %s: %s)", what, RedactDSN(dsn), fix, pe.Code, pe.Message),
-				Access: pe.Code == "28P01" || pe.Code == "28000" || pe.Code == "42501"}
+				Credentials: pe.Code == "28P01" || pe.Code == "28000"}
 		}
 	}
 	return fmt.Errorf("%s %s: %w", what, RedactDSN(dsn), err)

@@ -48,12 +48,12 @@ func (a *cli) httpConfig() (httpsrc.Config, error) {
 	case h.AuthValueEnv != "":
 		hc.AuthValue = a.env(h.AuthValueEnv)
 		if hc.AuthValue == "" {
-			return hc, &ConfigError{Key: "source.http.auth_value_env", Msg: fmt.Sprintf("environment variable %s is not set or empty", h.AuthValueEnv), Access: true}
+			return hc, &ConfigError{Key: "source.http.auth_value_env", Msg: fmt.Sprintf("environment variable %s is not set or empty", h.AuthValueEnv), Credentials: true}
 		}
 	case h.AuthValueFile != "":
 		v, err := readSecretFile(h.AuthValueFile)
 		if err != nil {
-			return hc, &ConfigError{Key: "source.http.auth_value_file", Msg: err.Error(), Access: true}
+			return hc, &ConfigError{Key: "source.http.auth_value_file", Msg: err.Error(), Credentials: true}
 		}
 		hc.AuthValue = v // read here to fail at start with exit 2
 		hc.AuthValueFile = h.AuthValueFile

@@ -230,11 +230,11 @@ func (s *supervisor) start(t Task) {
 // run runs one task until ctx ends or it stops on its own. A transient
 // failure that outlasted sync.retry_timeout, or a fence, is retried after a
 // pause; a safety stop or a configuration error stops the task until it is
-// assigned again. Except an access error (a login refused, a password file
-// missing, a grant lacking) of a task that has started before: the
-// credentials it started with worked, so the world changed under it (a
-// password being rotated), and it is retried after a pause, as such
-// failures are mid-run.
+// assigned again. Except a credentials error (a login refused, a password
+// file missing) of a task that has started before, in this run or an
+// earlier one: the credentials it started with worked, so they changed
+// under it (a password being rotated), and it is retried after a pause, as
+// such failures are mid-run.
 func (s *supervisor) run(ctx context.Context, t Task) error {
 	runOnce := s.runOnce
 	if s.runTask != nil {
@@ -246,11 +246,12 @@ func (s *supervisor) run(ctx context.Context, t Task) error {
 		if ctx.Err() != nil || err == nil || s.mode == connector.Once {
 			return err
 		}
+		startedBefore = startedBefore || started
 		pause := min(time.Duration(attempt+1)*taskPause, 12*taskPause)
 		xerr := s.a.explainKafkaAccess(err)
 		switch code := exitCode(xerr); {
-		case code == exitConfig && startedBefore && accessError(xerr):
-			s.a.log.Warn("task that started before was refused access (a password being rotated, a grant revoked?); starting it again", "task", t.Name, "in", pause, "err", xerr.Error())
+		case code == exitConfig && startedBefore && credentialsError(xerr):
+			s.a.log.Warn("task that started before was refused its login (a password being rotated?); starting it again", "task", t.Name, "in", pause, "err", xerr.Error())
 		case code == exitFailure:
 			s.a.log.Warn("task failed after its retries; starting it again", "task", t.Name, "in", pause, "err", err.Error())
 		case code == exitFenced:
@@ -272,7 +273,6 @@ func (s *supervisor) run(ctx context.Context, t Task) error {
 		default:
 			return err
 		}
-		startedBefore = startedBefore || started
 		select {
 		case <-ctx.Done():
 			return err

@@ -263,18 +263,19 @@ func TestPoolKeyIgnoresThePasswordReadFromItsFile(t *testing.T) {
 	}
 }
 
-// A task that started before and now fails to start again on an access
-// error (source.password_file missing while it is rotated, a login refused
-// in between) is started again after a pause, as such a failure mid-run is
+// A task that started before and now fails on a credentials error
+// (source.password_file missing while it is rotated, a login refused in
+// between) is started again after a pause, as such a failure mid-run is
 // retried; it does not stay stopped until the next rebalance. Any other
-// configuration error, and an access error of a task that never started,
-// still stop it.
-func TestTaskStartedAgainRetriesAnAccessError(t *testing.T) {
+// configuration error (a lacking grant or ACL among them), and a
+// credentials error of a task that never started, still stop it.
+func TestTaskStartedAgainRetriesACredentialsError(t *testing.T) {
 	defer func(d time.Duration) { taskPause = d }(taskPause)
 	taskPause = time.Millisecond
 	var logs bytes.Buffer
-	refused := &ConfigError{Key: "source.password_file", Msg: "read password file /run/secrets/pg: no such file or directory", Access: true}
+	refused := &ConfigError{Key: "source.password_file", Msg: "read password file /run/secrets/pg: no such file or directory", Credentials: true}
 	filter := &ConfigError{Key: "source.filter", Msg: "the filter fails on a row"}
+	acl := &ConfigError{Key: "kafka ACLs", Msg: "User:tm lacks WRITE on topic orders"}
 	transient := errors.New("transient failure outlasted sync.retry_timeout")
 	type start struct {
 		started bool
@@ -286,9 +287,11 @@ func TestTaskStartedAgainRetriesAnAccessError(t *testing.T) {
 		want   error
 	}{
 		{"started before", []start{{true, transient}, {false, refused}, {false, refused}, {true, nil}}, nil},
+		{"refused mid-run", []start{{true, refused}, {true, nil}}, nil},
 		{"first start", []start{{false, refused}}, refused},
 		{"never started", []start{{false, transient}, {false, refused}}, refused},
-		{"not about access", []start{{true, transient}, {false, filter}}, filter},
+		{"not about credentials", []start{{true, transient}, {false, filter}}, filter},
+		{"a lacking ACL", []start{{true, transient}, {true, acl}}, acl},
 	} {
 		calls := 0
 		s := &supervisor{a: &cli{log: slog.New(slog.NewTextHandler(&logs, nil))}, running: map[string]*runningTask{}, mode: connector.Continuous,
@@ -300,7 +303,7 @@ func TestTaskStartedAgainRetriesAnAccessError(t *testing.T) {
 			t.Errorf("%s: run returned %v after %d starts; want %v after %d", tc.name, err, calls, tc.want, len(tc.starts))
 		}
 	}
-	if !strings.Contains(logs.String(), "refused access") {
+	if !strings.Contains(logs.String(), "refused its login") {
 		t.Errorf("no warning for the start that was refused:\n%s", logs.String())
 	}
 }

@@ -111,14 +111,14 @@ func (c *Config) saslPassword(env func(string) string) (string, error) {
 	if s.PasswordEnv != "" {
 		v := env(s.PasswordEnv)
 		if v == "" {
-			return "", &ConfigError{Key: "kafka.sasl.password_env", Origin: c.origin["kafka.sasl.password_env"], Access: true,
+			return "", &ConfigError{Key: "kafka.sasl.password_env", Origin: c.origin["kafka.sasl.password_env"], Credentials: true,
 				Msg: fmt.Sprintf("environment variable %s is not set or empty; export it, or use kafka.sasl.password_file", s.PasswordEnv)}
 		}
 		return v, nil
 	}
 	v, err := postgres.ReadPasswordFile(s.PasswordFile)
 	if err != nil {
-		return "", &ConfigError{Key: "kafka.sasl.password_file", Origin: c.origin["kafka.sasl.password_file"], Msg: err.Error(), Access: true}
+		return "", &ConfigError{Key: "kafka.sasl.password_file", Origin: c.origin["kafka.sasl.password_file"], Msg: err.Error(), Credentials: true}
 	}
 	return v, nil
 }
@@ -303,7 +303,7 @@ func (a *cli) explainKafkaAccess(err error) error {
 	default:
 		return err
 	}
-	return &ConfigError{Key: key, Msg: msg + "; a failed transaction is aborted, so nothing past the last committed checkpoint was written", Err: err, Access: true}
+	return &ConfigError{Key: key, Msg: msg + "; a failed transaction is aborted, so nothing past the last committed checkpoint was written", Err: err, Credentials: key == "kafka.sasl"}
 }
 
 // saslWatch is a kgo hook noting a SASLAuthenticate exchange that failed
@@ -314,10 +314,14 @@ var _ kgo.HookBrokerRead = (*saslWatch)(nil)
 
 // OnBrokerRead implements kgo.HookBrokerRead.
 func (w *saslWatch) OnBrokerRead(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
-	if key == int16(kmsg.SASLAuthenticate) {
-		// A login that went through since clears it: a refusal during a
-		// rotation must not label every later error of the process.
-		w.rejected.Store(err != nil)
+	switch {
+	case key == int16(kmsg.SASLAuthenticate) && err != nil:
+		w.rejected.Store(true)
+	case err == nil && key != int16(kmsg.SASLAuthenticate) && key != int16(kmsg.SASLHandshake) && key != int16(kmsg.ApiVersions):
+		// A request answered after the login proves a login went
+		// through since: a refusal during a rotation must not label
+		// every later error of the process.
+		w.rejected.Store(false)
 	}
 }
 
