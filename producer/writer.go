@@ -80,9 +80,11 @@ type Writer struct {
 	pctx context.Context // the transaction's produce context (not cancellable)
 
 	// Topics this session has produced to whose partitions the client is
-	// not yet known to have published (see settle), and those it has.
+	// not yet known to have published (see settle), and those it has;
+	// dataNoted: the data topic is noted for the open transaction.
 	unsettled map[string]bool
 	settled   map[string]bool
+	dataNoted bool
 }
 
 const slab = 1024
@@ -169,6 +171,7 @@ func (w *Writer) Begin(ctx context.Context) error {
 	// The records belong to the transaction, not to the caller's context:
 	// a shutdown must be able to finish it.
 	w.pctx = context.WithoutCancel(ctx)
+	w.dataNoted = false
 	if err := w.cl.BeginTransaction(); err != nil {
 		return classify(err)
 	}
@@ -208,8 +211,11 @@ func (w *Writer) Publish(ctx context.Context, r *connector.Row) error {
 			value = []byte{} // never turn an upsert into a tombstone
 		}
 	}
+	if !w.dataNoted {
+		w.producedTo(w.cfg.Topic)
+		w.dataNoted = true
+	}
 	if len(w.recs) == 0 {
-		w.producedTo(w.cfg.Topic) // once a slab: enough, and off the per-record path
 		w.recs = make([]kgo.Record, slab)
 		w.hdrs = make([]kgo.RecordHeader, 3*slab)
 	}
@@ -373,7 +379,12 @@ func (w *Writer) settle(ctx context.Context) {
 				break
 			}
 			if time.Now().After(deadline) || ctx.Err() != nil {
-				return // still unsettled: waited for again at the next end
+				// Ended anyway. Forget the rest: noted again when produced
+				// to (a topic whose records were dropped while its load was
+				// pending is not published for a long time, and nothing
+				// of it is in flight).
+				clear(w.unsettled)
+				return
 			}
 			time.Sleep(time.Millisecond)
 		}
