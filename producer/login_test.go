@@ -29,21 +29,8 @@ import (
 func TestRefusedLoginMidRunIsTransient(t *testing.T) {
 	for _, answered := range []bool{false, true} {
 		t.Run(map[bool]string{false: "connection closed", true: "answered"}[answered], func(t *testing.T) {
-			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.EnableSASL(),
-				kfake.Superuser("SCRAM-SHA-256", "admin", "admin-pw"), kfake.User("SCRAM-SHA-256", "tm", "first-pw"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(c.Close)
+			c, admin := saslCluster(t, "first-pw")
 			ctx := context.Background()
-			admin, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.SASL(scram.Auth{User: "admin", Pass: "admin-pw"}.AsSha256Mechanism()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(admin.Close)
-			if _, err := producer.EnsureTopics(ctx, admin, producer.Topics{Data: "data", Partitions: 1, ReplicationFactor: -1, Offsets: "off"}); err != nil {
-				t.Fatal(err)
-			}
 			var pw atomic.Value
 			pw.Store("first-pw")
 			opts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConnIdleTimeout(100 * time.Millisecond),
@@ -72,17 +59,8 @@ func TestRefusedLoginMidRunIsTransient(t *testing.T) {
 			var refusing atomic.Bool
 			if answered {
 				// The broker answers the refusal, as Apache Kafka does.
+				refuseLogins(c, &refusing)
 				refusing.Store(true)
-				c.ControlKey(int16(kmsg.SASLAuthenticate), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-					if !refusing.Load() {
-						return nil, nil, false
-					}
-					c.KeepControl()
-					resp := kreq.(*kmsg.SASLAuthenticateRequest).ResponseKind().(*kmsg.SASLAuthenticateResponse)
-					resp.ErrorCode = kerr.SaslAuthenticationFailed.Code
-					resp.ErrorMessage = kmsg.StringPtr("Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-256")
-					return resp, nil, true
-				})
 			} else {
 				res, err := kadm.NewClient(admin).AlterUserSCRAMs(ctx, nil, []kadm.UpsertSCRAM{{User: "tm", Mechanism: kadm.ScramSha256, Iterations: 4096, Password: "second-pw"}})
 				if err == nil {
@@ -128,21 +106,8 @@ func TestRefusedLoginMidRunIsTransient(t *testing.T) {
 // stops with exit 2, a task starts again), and a new session, as a
 // restart opens, commits once logins are accepted again.
 func TestRefusedLoginAtTheEndOfATransactionStopsTheSession(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.EnableSASL(),
-		kfake.Superuser("SCRAM-SHA-256", "admin", "admin-pw"), kfake.User("SCRAM-SHA-256", "tm", "tm-pw"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c, _ := saslCluster(t, "tm-pw")
 	ctx := context.Background()
-	admin, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.SASL(scram.Auth{User: "admin", Pass: "admin-pw"}.AsSha256Mechanism()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(admin.Close)
-	if _, err := producer.EnsureTopics(ctx, admin, producer.Topics{Data: "data", Partitions: 1, ReplicationFactor: -1, Offsets: "off"}); err != nil {
-		t.Fatal(err)
-	}
 	cfg := producer.Config{Name: "c", Topic: "data", OffsetsTopic: "off", Opts: []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...),
 		kgo.ConnIdleTimeout(100 * time.Millisecond), kgo.SASL(scram.Auth{User: "tm", Pass: "tm-pw"}.AsSha256Mechanism())}}
 	w, err := producer.New(ctx, cfg)
@@ -151,15 +116,7 @@ func TestRefusedLoginAtTheEndOfATransactionStopsTheSession(t *testing.T) {
 	}
 	t.Cleanup(w.Close)
 	var refusing atomic.Bool
-	c.ControlKey(int16(kmsg.SASLAuthenticate), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		if !refusing.Load() {
-			return nil, nil, false
-		}
-		c.KeepControl()
-		resp := kreq.(*kmsg.SASLAuthenticateRequest).ResponseKind().(*kmsg.SASLAuthenticateResponse)
-		resp.ErrorCode = kerr.SaslAuthenticationFailed.Code
-		return resp, nil, true
-	})
+	refuseLogins(c, &refusing)
 	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	txn := func(w *producer.Writer, between func()) error {
@@ -191,4 +148,42 @@ func TestRefusedLoginAtTheEndOfATransactionStopsTheSession(t *testing.T) {
 	if err := txn(w2, func() {}); err != nil {
 		t.Fatalf("a transaction of the new session: %v", err)
 	}
+}
+
+// saslCluster is a kfake cluster with SASL (SCRAM-SHA-256): a superuser
+// admin, whose client it returns, and the user tm with password pw; the
+// topics data and off exist.
+func saslCluster(t *testing.T, pw string) (*kfake.Cluster, *kgo.Client) {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.EnableSASL(),
+		kfake.Superuser("SCRAM-SHA-256", "admin", "admin-pw"), kfake.User("SCRAM-SHA-256", "tm", pw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	admin, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.SASL(scram.Auth{User: "admin", Pass: "admin-pw"}.AsSha256Mechanism()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	if _, err := producer.EnsureTopics(context.Background(), admin, producer.Topics{Data: "data", Partitions: 1, ReplicationFactor: -1, Offsets: "off"}); err != nil {
+		t.Fatal(err)
+	}
+	return c, admin
+}
+
+// refuseLogins makes c answer every SASLAuthenticate with
+// SASL_AUTHENTICATION_FAILED, as Apache Kafka answers a wrong password,
+// while refusing is set.
+func refuseLogins(c *kfake.Cluster, refusing *atomic.Bool) {
+	c.ControlKey(int16(kmsg.SASLAuthenticate), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		if !refusing.Load() {
+			return nil, nil, false
+		}
+		c.KeepControl()
+		resp := kreq.(*kmsg.SASLAuthenticateRequest).ResponseKind().(*kmsg.SASLAuthenticateResponse)
+		resp.ErrorCode = kerr.SaslAuthenticationFailed.Code
+		resp.ErrorMessage = kmsg.StringPtr("Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-256")
+		return resp, nil, true
+	})
 }
