@@ -246,13 +246,18 @@ type Engine struct {
 	txNewest  int64  // µs; newest/oldest updated_at published in the txn
 	txOldest  int64
 	bMoved    bool // a B entry's timestamp moved since the last commit
-	// woke is set when the last idle ended on a wake-up; fullAt is when the
+	// woke is set when the last idle ended on a wake-up, or for a
+	// follow-up pass; fullAt is when the
 	// last full pass ended in this process (docs/design.md, "Head
 	// passes").
 	woke bool
 	// wokeAt is when the last wake-up was received.
 	wokeAt time.Time
 	fullAt time.Time
+	// wakeTaken is set when a wake-up is taken (before a pass, or between
+	// two pages of a full pass); following, while the pass that runs is a
+	// follow-up (docs/design.md, "Follow-up passes").
+	wakeTaken, following bool
 	// steps are the head passes finished and committed since the last
 	// full pass, for the next one (PageRequest.Steps).
 	steps []Step
@@ -376,6 +381,7 @@ func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 		return nil, err
 	}
 	for {
+		published := e.cp.Counters.Published
 		err := e.pass(ctx)
 		if err == nil && ctx.Err() == nil && e.sweepDue() {
 			_, err = e.Sweep(ctx, e.cfg.Topic)
@@ -400,8 +406,13 @@ func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 				}
 				return e.completion(started, "caught up"), nil
 			}
+			// A pass that a wake-up started is followed by one more, and
+			// a follow-up by another while they publish (docs/design.md,
+			// "Follow-up passes").
+			follow := e.cfg.Wake != nil && (e.wakeTaken || e.following && e.cp.Counters.Published > published)
+			e.wakeTaken, e.following = false, false
 			var ok bool
-			if ok, err = e.idle(ctx); err == nil {
+			if ok, err = e.idle(ctx, follow); err == nil {
 				if !ok {
 					return e.completion(started, "stopped by signal"), nil
 				}
@@ -808,10 +819,12 @@ func (e *Engine) pollDelay() time.Duration {
 // interval (a quiet table, or notifications lost); otherwise the poll
 // interval after the last pass ended, or less when Wake receives (then at
 // least MinPassGap after the last pass started). A wake-up that came
-// during the pass is taken at once. While it waits, it looks for a newer
-// run in the ledger when one is due (lookForNewerRun). It reports false
-// when ctx ended, or the fatal error of that look.
-func (e *Engine) idle(ctx context.Context) (bool, error) {
+// during the pass is taken at once; with follow, the next pass is a
+// follow-up, MinPassGap after the last one started, as after a wake-up.
+// While it waits, it looks for a newer run in the ledger when one is due
+// (lookForNewerRun). It reports false when ctx ended, or the fatal error
+// of that look.
+func (e *Engine) idle(ctx context.Context, follow bool) (bool, error) {
 	var d time.Duration
 	if e.cfg.Wake == nil {
 		d = max(e.pollDelay()-time.Since(e.passStarted), 0)
@@ -820,6 +833,10 @@ func (e *Engine) idle(ctx context.Context) (bool, error) {
 		case <-e.cfg.Wake:
 			return e.woken(ctx), nil
 		default:
+		}
+		if follow {
+			e.following = true
+			return e.gap(ctx), nil
 		}
 		d = e.pollDelay()
 		if time.Since(e.wokeAt) >= e.cfg.PollInterval {
@@ -857,7 +874,15 @@ func (e *Engine) idle(ctx context.Context) (bool, error) {
 // woken takes a wake-up: the next pass starts at least MinPassGap after
 // the last one started. It reports false when ctx ended.
 func (e *Engine) woken(ctx context.Context) bool {
-	e.woke, e.wokeAt = true, time.Now()
+	e.wokeAt, e.wakeTaken = time.Now(), true
+	return e.gap(ctx)
+}
+
+// gap starts the next pass as a wake-up does, MinPassGap after the last
+// one started (a head pass: see headNext). It reports false when ctx
+// ended.
+func (e *Engine) gap(ctx context.Context) bool {
+	e.woke = true
 	if gap := e.cfg.MinPassGap - time.Since(e.passStarted); gap > 0 {
 		return e.sleep(ctx, gap)
 	}

@@ -93,7 +93,7 @@ func TestIdleTakesAWaitingWakeUp(t *testing.T) {
 	for i := range 200 {
 		e.woke, e.wokeAt, e.passStarted = false, time.Now().Add(-time.Second), time.Now().Add(-time.Second)
 		wake <- struct{}{}
-		if ok, err := e.idle(context.Background()); !ok || err != nil {
+		if ok, err := e.idle(context.Background(), false); !ok || err != nil {
 			t.Fatalf("idle: %v, %v", ok, err)
 		}
 		if !e.woke {

@@ -46,7 +46,7 @@ func TestCLINotifyWakesRun(t *testing.T) {
 		t.Errorf("check without the trigger: exit %d, want 0 and a notify warning naming --print-notify-sql\n%s\n%s", code, out, errOut)
 	}
 	code, sql, errOut := w.cli(ctx, "check", "--config", cfg, "--print-notify-sql")
-	if code != exitOK || !strings.Contains(sql, "FOR EACH STATEMENT") || !strings.Contains(sql, "pg_notify(") {
+	if code != exitOK || !strings.Contains(sql, "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW") || !strings.Contains(sql, "pg_notify(") {
 		t.Fatalf("check --print-notify-sql: exit %d\n%s\n%s", code, sql, errOut)
 	}
 	if _, err := w.db.Pool.Exec(ctx, sql); err != nil {

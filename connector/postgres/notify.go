@@ -1,16 +1,18 @@
 package postgres
 
 // Change notifications (source.notify; docs/operating.md, "Change
-// notifications"). A statement-level trigger, installed by the operator
-// from NotifyStatements, calls pg_notify on a channel after every INSERT,
-// UPDATE and DELETE; a Listener LISTENs on that channel over a connection
-// of its own and turns each notification into a coalesced wake-up for the
-// engine (connector.Config.Wake). Polling stays the safety net: a lost
+// notifications"). A trigger, installed by the operator from
+// NotifyStatements, calls pg_notify on a channel when a transaction that
+// inserted, updated or deleted rows commits, one notifying commit at a
+// time; a Listener LISTENs on that channel over a connection of its own
+// and turns each notification into a coalesced wake-up for the engine
+// (connector.Config.Wake). Polling stays the safety net: a lost
 // notification costs at most one poll interval.
 
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -84,7 +86,7 @@ const NotifyTrigger = "tidemark_notify"
 // never runs it itself.
 type NotifyStatements struct {
 	// Install creates (or replaces) the trigger function and the
-	// statement-level trigger, in one transaction.
+	// trigger, in one transaction.
 	Install string
 	// Remove drops both.
 	Remove string
@@ -92,13 +94,16 @@ type NotifyStatements struct {
 	Function string
 }
 
-// NotifySQL returns the statements that make every INSERT, UPDATE and
-// DELETE statement on schema.table call pg_notify with channel and an
-// empty payload (schema "" is public). Every identifier is quoted; the
-// channel is a literal (quoteLiteral) inside a dollar-quoted body whose
-// tag it cannot contain. One notification per statement, and PostgreSQL
-// folds identical notifications of one transaction into one, delivered at
-// commit.
+// NotifySQL returns the statements that make every transaction that
+// inserts, updates or deletes rows of schema.table call pg_notify with
+// channel and an empty payload when it commits (schema "" is public),
+// unless another transaction is notifying the channel at that moment
+// (docs/design.md, "One notifier at a time"). The trigger is a row-level
+// constraint trigger deferred to commit, whose WHEN clause queues it for
+// the first row a transaction changes and for no other (it marks the
+// transaction in a setting of its own, notifySetting). Every identifier
+// is quoted; the channel is a literal (quoteLiteral) inside a
+// dollar-quoted body whose tag it cannot contain.
 func NotifySQL(schema, table, channel string) (NotifyStatements, error) {
 	if schema == "" {
 		schema = "public"
@@ -112,12 +117,22 @@ func NotifySQL(schema, table, channel string) (NotifyStatements, error) {
 	rel := quote(schema, table)
 	fn := quote(schema, notifyFunctionName(table))
 	trg := quote(NotifyTrigger)
-	body := "\nBEGIN\n  PERFORM pg_catalog.pg_notify(" + quoteLiteral(channel) + ", '');\n  RETURN NULL;\nEND\n"
+	k1, k2 := notifyTurn(channel)
+	body := "\nBEGIN\n" +
+		"  IF pg_catalog.pg_try_advisory_xact_lock(" + strconv.Itoa(int(k1)) + ", " + strconv.Itoa(int(k2)) + ") THEN\n" +
+		"    PERFORM pg_catalog.pg_notify(" + quoteLiteral(channel) + ", '');\n" +
+		"  END IF;\n  RETURN NULL;\nEND\n"
+	set := quoteLiteral(notifySetting(channel))
 	remove := "DROP TRIGGER IF EXISTS " + trg + " ON " + rel + ";\nDROP FUNCTION IF EXISTS " + fn + "();\n"
 	var b strings.Builder
-	b.WriteString("-- tidemark: a statement-level trigger that wakes `tidemark run` (source.notify)\n")
-	b.WriteString("-- after every INSERT, UPDATE and DELETE statement on the table.\n")
+	b.WriteString("-- tidemark: a trigger that wakes `tidemark run` (source.notify) when a\n")
+	b.WriteString("-- transaction that inserted, updated or deleted rows of the table commits.\n")
 	b.WriteString("-- Run it as the table's owner; tidemark never creates it itself.\n")
+	b.WriteString("-- The WHEN clause queues it once per transaction (it marks the transaction\n")
+	b.WriteString("-- in a setting), and it runs at commit. PostgreSQL commits notifying\n")
+	b.WriteString("-- transactions one at a time, each through its WAL flush, so a commit does\n")
+	b.WriteString("-- not notify while another is notifying this channel (a transaction-level\n")
+	b.WriteString("-- advisory lock, tried, never waited for): tidemark's follow-up pass reads it.\n")
 	// Only text without line breaks may go into a -- comment: a quoted
 	// identifier can hold one, and the rest of its line would be SQL.
 	if !strings.ContainsAny(rel+fn, "\r\n") {
@@ -135,9 +150,30 @@ func NotifySQL(schema, table, channel string) (NotifyStatements, error) {
 	b.WriteString("SET LOCAL lock_timeout = '5s';\n")
 	b.WriteString("CREATE OR REPLACE FUNCTION " + fn + "() RETURNS trigger\nLANGUAGE plpgsql AS " + dollarQuote(body) + ";\n")
 	b.WriteString("DROP TRIGGER IF EXISTS " + trg + " ON " + rel + ";\n")
-	b.WriteString("CREATE TRIGGER " + trg + "\n  AFTER INSERT OR UPDATE OR DELETE ON " + rel + "\n  FOR EACH STATEMENT EXECUTE FUNCTION " + fn + "();\n")
+	b.WriteString("CREATE CONSTRAINT TRIGGER " + trg + "\n  AFTER INSERT OR UPDATE OR DELETE ON " + rel + "\n  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW\n" +
+		"  WHEN (pg_catalog.current_setting(" + set + ", true) IS DISTINCT FROM pg_catalog.set_config(" + set + ", '1', true))\n" +
+		"  EXECUTE FUNCTION " + fn + "();\n")
 	b.WriteString("COMMIT;\n")
 	return NotifyStatements{Install: b.String(), Remove: remove, Function: fn}, nil
+}
+
+// notifySetting is the name of the setting (a custom GUC, set for the
+// transaction only) that marks a transaction as queued to notify channel:
+// one per channel, so that a transaction writing two tables of two
+// channels notifies both.
+func notifySetting(channel string) string {
+	sum := sha256.Sum256([]byte("tidemark notify " + channel))
+	return "tidemark.notify_" + hex.EncodeToString(sum[:4])
+}
+
+// notifyTurn is the advisory lock key pair of a channel's notify turn
+// (NotifySQL): the first four bytes of a digest of the channel, and a
+// fixed "tide". The two-int4 form shares no key with the bigint form of
+// the advisory lock functions, and an application's own int4 pairs would
+// have to hit both numbers.
+func notifyTurn(channel string) (int32, int32) {
+	sum := sha256.Sum256([]byte("tidemark notify " + channel))
+	return 0x74696465, int32(binary.BigEndian.Uint32(sum[:4]))
 }
 
 // notifyFunctionName is tidemark_notify_<table>, or when that is longer
@@ -159,9 +195,11 @@ func notifyFunctionName(table string) string {
 }
 
 // notifyTriggerSQL lists the table's user triggers whose function calls
-// pg_notify: name, enabled, statement-level, the events (tgtype bits 4
-// INSERT, 8 DELETE, 16 UPDATE) and the function's source.
-const notifyTriggerSQL = `SELECT t.tgname::text, t.tgenabled <> 'D', (t.tgtype & 1) = 0, (t.tgtype & 28) = 28, p.prosrc
+// pg_notify: name, enabled, the events (tgtype bits 4
+// INSERT, 8 DELETE, 16 UPDATE), deferred to commit with a WHEN clause
+// (as NotifySQL's), and the function's source.
+const notifyTriggerSQL = `SELECT t.tgname::text, t.tgenabled <> 'D', (t.tgtype & 28) = 28,
+	t.tginitdeferred AND t.tgqual IS NOT NULL, p.prosrc
 FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid
 WHERE t.tgrelid = $1 AND NOT t.tgisinternal AND p.prosrc LIKE '%pg_notify%'`
 
@@ -176,14 +214,14 @@ func (s *Source) CheckNotify(ctx context.Context, channel string) ([]Finding, er
 		return nil, fmt.Errorf("check notify trigger: %w", err)
 	}
 	type trig struct {
-		name                    string
-		enabled, stmt, allEvent bool
-		src                     string
+		name                        string
+		enabled, allEvent, deferred bool
+		src                         string
 	}
 	var found []trig
 	for rows.Next() {
 		var t trig
-		if err := rows.Scan(&t.name, &t.enabled, &t.stmt, &t.allEvent, &t.src); err != nil {
+		if err := rows.Scan(&t.name, &t.enabled, &t.allEvent, &t.deferred, &t.src); err != nil {
 			return nil, fmt.Errorf("check notify trigger: %w", err)
 		}
 		found = append(found, t)
@@ -203,11 +241,11 @@ func (s *Source) CheckNotify(ctx context.Context, channel string) ([]Finding, er
 		case !t.allEvent:
 			return []Finding{{Warn, "notify", fmt.Sprintf("trigger %s on %s notifies channel %q, but not on every one of INSERT, UPDATE and DELETE: the others wait for the poll (sync.poll_interval); %s", quote(t.name), sh.tbl.ident, channel, fix)}}, nil
 		}
-		level := "statement-level"
-		if !t.stmt {
-			level = "row-level (one notification per row; a statement-level trigger costs less)"
+		if t.deferred && strings.Contains(t.src, "pg_try_advisory_xact_lock") {
+			return []Finding{{OK, "notify", fmt.Sprintf("trigger %s on %s notifies channel %q when a transaction that changed rows commits, one notifier at a time", quote(t.name), sh.tbl.ident, channel)}}, nil
 		}
-		return []Finding{{OK, "notify", fmt.Sprintf("trigger %s on %s notifies channel %q on INSERT, UPDATE and DELETE (%s)", quote(t.name), sh.tbl.ident, channel, level)}}, nil
+		// Any other: it works, and costs the writers more.
+		return []Finding{{Warn, "notify", fmt.Sprintf("trigger %s on %s notifies channel %q from every transaction that writes (it is not the trigger tidemark prints now): PostgreSQL commits notifying transactions one at a time, each through its WAL flush, which caps the table's writers near one commit per flush; print the current one with `tidemark check --print-notify-sql` and have the table's owner run it (it notifies from one committing transaction at a time)", quote(t.name), sh.tbl.ident, channel)}}, nil
 	}
 	return []Finding{{Warn, "notify", fmt.Sprintf("no trigger on %s notifies channel %q: changes wait for the poll (sync.poll_interval); %s", sh.tbl.ident, channel, fix)}}, nil
 }

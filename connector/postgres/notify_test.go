@@ -335,7 +335,7 @@ func TestNotifySQLHostileNames(t *testing.T) {
 		}
 		src := open(t, postgres.Config{DSN: db.URL, Schema: db.Schema, Table: table})
 		fs, err := src.CheckNotify(ctx, channel)
-		if err != nil || len(fs) != 1 || fs[0].Severity != postgres.OK || !strings.Contains(fs[0].Message, "statement-level") {
+		if err != nil || len(fs) != 1 || fs[0].Severity != postgres.OK || !strings.Contains(fs[0].Message, "one notifier at a time") {
 			t.Errorf("table %q: CheckNotify after the install: %v %v", table, fs, err)
 		}
 		l := listen(t, db, postgres.ListenConfig{Channel: channel})
@@ -356,7 +356,6 @@ func TestNotifySQLHostileNames(t *testing.T) {
 			`INSERT INTO ` + ident + ` (id, v) VALUES (1, 'a'), (2, 'b')`,
 			`UPDATE ` + ident + ` SET v = 'c'`,
 			`DELETE FROM ` + ident + ` WHERE id = 1`,
-			`UPDATE ` + ident + ` SET v = 'd' WHERE false`, // a statement-level trigger fires for no rows too
 		} {
 			if _, err := writer.Exec(ctx, stmt); err != nil {
 				t.Fatalf("table %q: %s: %v", table, stmt, err)
@@ -365,8 +364,12 @@ func TestNotifySQLHostileNames(t *testing.T) {
 				t.Fatalf("table %q: statement %d (%s) woke nothing", table, i, stmt)
 			}
 		}
-		if !waitFor(5*time.Second, func() bool { return l.Notifications() == 4 }) {
-			t.Errorf("table %q: %d notifications for 4 statements", table, l.Notifications())
+		// A statement that changes no row commits nothing to read.
+		if _, err := writer.Exec(ctx, `UPDATE `+ident+` SET v = 'd' WHERE false`); err != nil {
+			t.Fatal(err)
+		}
+		if !waitFor(5*time.Second, func() bool { return l.Notifications() == 3 }) || woke(l, 300*time.Millisecond) {
+			t.Errorf("table %q: %d notifications for 3 statements that changed rows and one that changed none", table, l.Notifications())
 		}
 		if _, err := db.Pool.Exec(ctx, st.Remove); err != nil {
 			t.Fatalf("table %q: the removal statements fail: %v\n%s", table, err, st.Remove)
@@ -387,6 +390,123 @@ func TestNotifySQLHostileNames(t *testing.T) {
 	if _, err := postgres.NotifySQL(db.Schema, "t", "bad\nchannel"); !errors.Is(err, postgres.ErrBadConfig) || !strings.Contains(err.Error(), "control character") {
 		t.Errorf("a channel with a line break: %v", err)
 	}
+}
+
+// TestNotifyTriggerOneNotifierAtATime: the printed trigger notifies when
+// a transaction that changed rows commits, unless another transaction is
+// notifying the channel at that moment (docs/design.md, "One notifier at
+// a time"). A transaction holds that turn from its trigger, which runs at
+// commit, until it ends; with SET CONSTRAINTS ... IMMEDIATE the trigger
+// runs at the statement's end, which holds the moment open here. Commits
+// meanwhile send nothing; the turn ends with the holder, committed or
+// rolled back. A long transaction that changed rows and has not begun to
+// commit holds no turn: commits beside it notify.
+func TestNotifyTriggerOneNotifierAtATime(t *testing.T) {
+	db := harness.NewDB(t)
+	ctx := context.Background()
+	db.Exec(t, `CREATE TABLE items (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL DEFAULT now())`)
+	st, err := postgres.NotifySQL(db.Schema, "items", "items_changes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Exec(t, st.Install)
+	l := listen(t, db, postgres.ListenConfig{Channel: "items_changes"})
+	heard := func(want int64, what string) {
+		t.Helper()
+		if !waitFor(5*time.Second, func() bool { return l.Notifications() >= want }) {
+			t.Fatalf("%s: %d notifications, want %d", what, l.Notifications(), want)
+		}
+		time.Sleep(300 * time.Millisecond) // and no more
+		if n := l.Notifications(); n != want {
+			t.Fatalf("%s: %d notifications, want %d", what, n, want)
+		}
+	}
+	begin := func(immediate bool) pgx.Tx {
+		t.Helper()
+		tx, err := db.Pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Before the schema is dropped at the end, which would wait for it.
+		t.Cleanup(func() { _ = tx.Rollback(ctx) })
+		if immediate {
+			if _, err := tx.Exec(ctx, `SET CONSTRAINTS `+postgres.NotifyTrigger+` IMMEDIATE`); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO items (id) SELECT coalesce(max(id), 0) + 1000 FROM items`); err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	n := l.Notifications()
+	for _, end := range []string{"COMMIT", "ROLLBACK"} {
+		holder := begin(true)
+		// Two commits while the holder holds the turn: neither notifies.
+		db.Exec(t, `INSERT INTO items (id) SELECT coalesce(max(id), 0) + 1 FROM items WHERE id < 1000`)
+		db.Exec(t, `UPDATE items SET updated_at = now() WHERE id < 1000`)
+		heard(n, "two commits while another transaction notifies")
+		if end == "COMMIT" {
+			err, n = holder.Commit(ctx), n+1 // the holder's own
+		} else {
+			err = holder.Rollback(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		heard(n, "the holder's "+end)
+		// With the holder gone, a commit notifies again.
+		db.Exec(t, `DELETE FROM items WHERE id < 1000`)
+		n++
+		heard(n, "a commit after the holder's "+end)
+	}
+	long := begin(false)
+	for i := range 3 {
+		db.Exec(t, `INSERT INTO items (id) VALUES ($1)`, i+1)
+		n++
+		heard(n, "a commit beside an open transaction that changed rows")
+	}
+	if err := long.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n++
+	heard(n, "the long transaction's commit")
+	// One transaction, many rows and statements: one notification, and
+	// the trigger function ran once (the WHEN clause queues it once).
+	c, err := db.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	var calls int64
+	if _, err := c.Exec(ctx, `SET track_functions = 'pl'`); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`SET CONSTRAINTS ` + postgres.NotifyTrigger + ` IMMEDIATE`, // so that the calls show before the commit
+		`INSERT INTO items (id) SELECT g FROM generate_series(5000, 5999) g`,
+		`UPDATE items SET updated_at = now() WHERE id >= 5000`,
+		`DELETE FROM items WHERE id >= 5500`,
+	} {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := tx.QueryRow(ctx, `SELECT coalesce(sum(calls), 0) FROM pg_catalog.pg_stat_xact_user_functions WHERE funcid = $1::regproc`, st.Function).Scan(&calls); err != nil {
+		t.Fatal(err)
+	}
+	if calls != 1 {
+		t.Errorf("the trigger function ran %d times in a transaction of 2,500 row changes, want 1", calls)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n++
+	heard(n, "a transaction of three statements")
 }
 
 // TestCheckNotifyDisabledAndPartial: a disabled trigger, and one that
@@ -412,6 +532,14 @@ func TestCheckNotifyDisabledAndPartial(t *testing.T) {
 	}
 	if fs, err := src.CheckNotify(ctx, "other"); err != nil || fs[0].Severity != postgres.Warn || !strings.Contains(fs[0].Message, "no trigger") {
 		t.Errorf("another channel: %v %v", fs, err)
+	}
+	// A trigger that notifies from every writing transaction, as the one
+	// tidemark printed before: it works, and caps the writers.
+	db.Exec(t, `DROP TRIGGER mine ON items`)
+	db.Exec(t, `CREATE FUNCTION every_commit() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN PERFORM pg_notify('items_changes', ''); RETURN NULL; END$$`)
+	db.Exec(t, `CREATE TRIGGER every AFTER INSERT OR UPDATE OR DELETE ON items FOR EACH STATEMENT EXECUTE FUNCTION every_commit()`)
+	if fs, err := src.CheckNotify(ctx, "items_changes"); err != nil || fs[0].Severity != postgres.Warn || !strings.Contains(fs[0].Message, "one at a time") || !strings.Contains(fs[0].Message, "--print-notify-sql") {
+		t.Errorf("a trigger that notifies from every transaction: %v %v", fs, err)
 	}
 }
 
