@@ -108,9 +108,11 @@ type Config struct {
 	// instead of waiting out the poll interval (a change notification from
 	// the source). Polling stays: a wake-up that is lost costs at most one
 	// poll interval. Wake-ups that arrive during a pass start one more pass
-	// after it. MinPassGap is the least time from the start of a pass to
-	// the start of the next when a wake-up starts it (default 0): a pass
-	// that took that long is followed at once.
+	// after it, and a pass during which a wake-up was taken is followed by
+	// one more, and that one by another while it publishes (docs/design.md,
+	// "Follow-up passes"). MinPassGap is the least time from the start of a
+	// pass to the start of the next when a wake-up or a follow-up starts it
+	// (default 0): a pass that took that long is followed at once.
 	Wake       <-chan struct{}
 	MinPassGap time.Duration
 	// HeadLookback is how far below the watermark a head pass reads, so
@@ -383,6 +385,7 @@ func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 	for {
 		published := e.cp.Counters.Published
 		err := e.pass(ctx)
+		published = e.cp.Counters.Published - published // before a sweep's repairs
 		if err == nil && ctx.Err() == nil && e.sweepDue() {
 			_, err = e.Sweep(ctx, e.cfg.Topic)
 		}
@@ -409,7 +412,7 @@ func (e *Engine) Run(ctx context.Context, mode Mode) (*Completion, error) {
 			// A pass that a wake-up started is followed by one more, and
 			// a follow-up by another while they publish (docs/design.md,
 			// "Follow-up passes").
-			follow := e.cfg.Wake != nil && (e.wakeTaken || e.following && e.cp.Counters.Published > published)
+			follow := e.cfg.Wake != nil && (e.wakeTaken || e.following && published > 0)
 			e.wakeTaken, e.following = false, false
 			var ok bool
 			if ok, err = e.idle(ctx, follow); err == nil {
@@ -879,14 +882,27 @@ func (e *Engine) woken(ctx context.Context) bool {
 }
 
 // gap starts the next pass as a wake-up does, MinPassGap after the last
-// one started (a head pass: see headNext). It reports false when ctx
-// ended.
+// one started (a head pass: see headNext). A wake-up that arrives
+// meanwhile is taken: the pass reads what it announced. It reports false
+// when ctx ended.
 func (e *Engine) gap(ctx context.Context) bool {
 	e.woke = true
-	if gap := e.cfg.MinPassGap - time.Since(e.passStarted); gap > 0 {
-		return e.sleep(ctx, gap)
+	gap := e.cfg.MinPassGap - time.Since(e.passStarted)
+	if gap <= 0 {
+		return true
 	}
-	return true
+	t := time.NewTimer(gap)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		case <-e.cfg.Wake:
+			e.wokeAt, e.wakeTaken = time.Now(), true
+		}
+	}
 }
 
 // lookForNewerRun reads the ledger for a run of this connector newer than

@@ -130,7 +130,7 @@ func New(cfg Config) *Metrics {
 	m.txCommitted = counter("transactions_committed_total", "Kafka transactions committed (data and checkpoint together).")
 	m.txAborted = counter("transactions_aborted_total", "Kafka transactions aborted or failed; the engine resumes from the last committed checkpoint.")
 	m.passes = counter("passes_completed_total", "Passes that reached the end of the source and were committed.")
-	m.headPasses = counter("head_passes_total", "Completed passes that a change notification started and that read from the watermark less the lookback, not the margin below it (source.notify; docs/design.md, \"Head passes\"); included in passes_completed_total.")
+	m.headPasses = counter("head_passes_total", "Completed passes that a change notification started (or their follow-ups) and that read from the watermark less the lookback, not the margin below it (source.notify; docs/design.md, \"Head passes\"); included in passes_completed_total.")
 	m.sweeps = counter("sweeps_total", "Hard-delete reconciliation sweeps completed.")
 	m.sweepTombstoned = counter("sweep_tombstoned_total", "Tombstones published by sweeps for ids gone from the source.")
 	m.sweepRepaired = counter("sweep_repaired_total", "Rows republished by sweeps because the topic lacked them.")

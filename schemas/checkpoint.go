@@ -92,7 +92,8 @@ type Checkpoint struct {
 	// pass ends ("" = the source gives none).
 	PassMark string `json:"pass_mark"`
 	// PassHead is set while the open pass is a head pass: started by a
-	// change notification, it reads from W, not W - margin, and skips by
+	// change notification (or a follow-up of one), it reads from W less
+	// the lookback, not W - margin, and skips by
 	// SeenMark (docs/design.md, "Head passes").
 	PassHead bool `json:"pass_head,omitempty"`
 	// HeadsSinceFull is set once a head pass has finished since the last

@@ -45,6 +45,9 @@ type cli struct {
 	by         string
 	toWM       string
 	notifySQL  bool // check --print-notify-sql (notify.go)
+	// notifyKind is check --notify-trigger: which trigger
+	// --print-notify-sql prints (postgres.NotifyKinds).
+	notifyKind string
 
 	replicaDSN, replicaSchema, replicaTable string
 	replicaPasswordEnv, replicaPasswordFile string // verify --replica-password-*
@@ -111,6 +114,7 @@ func (a *cli) parse(cmd string, args []string) error {
 		fs.StringVar(&a.taskFlag, "task", "", "with a tables: list, only this task (default: every task)")
 		if cmd == "check" {
 			fs.BoolVar(&a.notifySQL, "print-notify-sql", false, "print the trigger that makes the table notify source.notify, for the table's owner to run (tidemark never creates it), and connect to nothing")
+			fs.StringVar(&a.notifyKind, "notify-trigger", "statement", "with --print-notify-sql: statement (every writing transaction notifies) or deferred (at commit, one notifying commit at a time, for thousands of commits a second; see docs/operating.md)")
 		}
 	case "verify":
 		fs.BoolVar(&a.jsonOut, "json", false, "print the report as JSON")

@@ -97,7 +97,11 @@ func (a *cli) printNotifySQL() error {
 		return &ConfigError{Key: "source.notify", Msg: "is not set: --print-notify-sql prints the trigger for that channel; " +
 			"set it in the configuration (source.notify: orders_changes), the same one `tidemark run` reads"}
 	}
-	st, err := postgres.NotifySQL(s.Schema, s.Table, s.Notify)
+	kind, err := postgres.ParseNotifyKind(a.notifyKind)
+	if err != nil {
+		return &ConfigError{Key: "--notify-trigger", Origin: "command line", Err: err}
+	}
+	st, err := postgres.NotifySQL(s.Schema, s.Table, s.Notify, kind)
 	if err != nil {
 		return &ConfigError{Key: "source.notify", Origin: a.cfg.origin["source.notify"], Err: err}
 	}

@@ -46,8 +46,16 @@ func TestCLINotifyWakesRun(t *testing.T) {
 		t.Errorf("check without the trigger: exit %d, want 0 and a notify warning naming --print-notify-sql\n%s\n%s", code, out, errOut)
 	}
 	code, sql, errOut := w.cli(ctx, "check", "--config", cfg, "--print-notify-sql")
-	if code != exitOK || !strings.Contains(sql, "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW") || !strings.Contains(sql, "pg_notify(") {
+	if code != exitOK || !strings.Contains(sql, "FOR EACH STATEMENT") || !strings.Contains(sql, "pg_notify(") {
 		t.Fatalf("check --print-notify-sql: exit %d\n%s\n%s", code, sql, errOut)
+	}
+	code, dsql, errOut := w.cli(ctx, "check", "--config", cfg, "--print-notify-sql", "--notify-trigger", "deferred")
+	if code != exitOK || !strings.Contains(dsql, "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW") || !strings.Contains(dsql, "pg_try_advisory_xact_lock") {
+		t.Fatalf("check --print-notify-sql --notify-trigger deferred: exit %d\n%s\n%s", code, dsql, errOut)
+	}
+	if code, out, errOut := w.cli(ctx, "check", "--config", cfg, "--print-notify-sql", "--notify-trigger", "every"); code != exitConfig ||
+		!strings.Contains(errOut, "--notify-trigger") || !strings.Contains(errOut, "statement, deferred") {
+		t.Errorf("check --notify-trigger every: exit %d, want %d and the kinds named\n%s\n%s", code, exitConfig, out, errOut)
 	}
 	if _, err := w.db.Pool.Exec(ctx, sql); err != nil {
 		t.Fatalf("the printed SQL does not install: %v\n%s", err, sql)

@@ -3,8 +3,8 @@ package postgres
 // Change notifications (source.notify; docs/operating.md, "Change
 // notifications"). A trigger, installed by the operator from
 // NotifyStatements, calls pg_notify on a channel when a transaction that
-// inserted, updated or deleted rows commits, one notifying commit at a
-// time; a Listener LISTENs on that channel over a connection of its own
+// inserted, updated or deleted rows commits (every such transaction, or
+// one notifying commit at a time: NotifyKind); a Listener LISTENs on that channel over a connection of its own
 // and turns each notification into a coalesced wake-up for the engine
 // (connector.Config.Wake). Polling stays the safety net: a lost
 // notification costs at most one poll interval.
@@ -94,17 +94,47 @@ type NotifyStatements struct {
 	Function string
 }
 
+// NotifyKind selects the trigger NotifySQL prints (docs/operating.md,
+// "Change notifications").
+type NotifyKind int
+
+const (
+	// NotifyStatement is a statement-level trigger: every transaction that
+	// writes the table notifies when it commits. It changes nothing else
+	// about the table, but PostgreSQL commits notifying transactions one
+	// at a time, each through its WAL flush, which caps the writers near
+	// one commit per flush. The default.
+	NotifyStatement NotifyKind = iota
+	// NotifyDeferred is a row-level constraint trigger deferred to commit
+	// and queued once per transaction, which notifies only when no other
+	// transaction is notifying the channel at that moment (docs/design.md,
+	// "One notifier at a time"): the writers keep group commit. Its event
+	// is pending until commit, which PostgreSQL holds against DDL on the
+	// table later in the same transaction, among other limits.
+	NotifyDeferred
+)
+
+// NotifyKinds are the names of the kinds, as ParseNotifyKind takes them.
+var NotifyKinds = []string{"statement", "deferred"}
+
+// ParseNotifyKind parses a kind's name (NotifyKinds).
+func ParseNotifyKind(name string) (NotifyKind, error) {
+	for i, n := range NotifyKinds {
+		if name == n {
+			return NotifyKind(i), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: notify trigger %q: want one of %s", ErrBadConfig, name, strings.Join(NotifyKinds, ", "))
+}
+
 // NotifySQL returns the statements that make every transaction that
-// inserts, updates or deletes rows of schema.table call pg_notify with
-// channel and an empty payload when it commits (schema "" is public),
-// unless another transaction is notifying the channel at that moment
-// (docs/design.md, "One notifier at a time"). The trigger is a row-level
-// constraint trigger deferred to commit, whose WHEN clause queues it for
-// the first row a transaction changes and for no other (it marks the
-// transaction in a setting of its own, notifySetting). Every identifier
-// is quoted; the channel is a literal (quoteLiteral) inside a
+// inserts, updates or deletes rows of schema.table notify channel, with an
+// empty payload, when it commits (schema "" is public), with the trigger
+// of the given kind. PostgreSQL delivers a notification only at commit,
+// and folds identical notifications of one transaction into one. Every
+// identifier is quoted; the channel is a literal (quoteLiteral) inside a
 // dollar-quoted body whose tag it cannot contain.
-func NotifySQL(schema, table, channel string) (NotifyStatements, error) {
+func NotifySQL(schema, table, channel string, kind NotifyKind) (NotifyStatements, error) {
 	if schema == "" {
 		schema = "public"
 	}
@@ -114,25 +144,43 @@ func NotifySQL(schema, table, channel string) (NotifyStatements, error) {
 	if table == "" || strings.IndexByte(schema+table, 0) >= 0 {
 		return NotifyStatements{}, fmt.Errorf("%w: notify: a table name is required and names cannot hold NUL bytes", ErrBadConfig)
 	}
+	if kind != NotifyStatement && kind != NotifyDeferred {
+		return NotifyStatements{}, fmt.Errorf("%w: notify trigger kind %d", ErrBadConfig, kind)
+	}
 	rel := quote(schema, table)
 	fn := quote(schema, notifyFunctionName(table))
 	trg := quote(NotifyTrigger)
-	k1, k2 := notifyTurn(channel)
-	body := "\nBEGIN\n" +
-		"  IF pg_catalog.pg_try_advisory_xact_lock(" + strconv.Itoa(int(k1)) + ", " + strconv.Itoa(int(k2)) + ") THEN\n" +
-		"    PERFORM pg_catalog.pg_notify(" + quoteLiteral(channel) + ", '');\n" +
-		"  END IF;\n  RETURN NULL;\nEND\n"
-	set := quoteLiteral(notifySetting(channel))
+	notify := "PERFORM pg_catalog.pg_notify(" + quoteLiteral(channel) + ", '');"
+	body := "\nBEGIN\n  " + notify + "\n  RETURN NULL;\nEND\n"
+	if kind == NotifyDeferred {
+		k1, k2 := notifyTurn(channel)
+		body = "\nBEGIN\n" +
+			"  IF pg_catalog.pg_try_advisory_xact_lock(" + strconv.Itoa(int(k1)) + ", " + strconv.Itoa(int(k2)) + ") THEN\n" +
+			"    " + notify + "\n" +
+			"  END IF;\n  RETURN NULL;\nEND\n"
+	}
 	remove := "DROP TRIGGER IF EXISTS " + trg + " ON " + rel + ";\nDROP FUNCTION IF EXISTS " + fn + "();\n"
 	var b strings.Builder
-	b.WriteString("-- tidemark: a trigger that wakes `tidemark run` (source.notify) when a\n")
-	b.WriteString("-- transaction that inserted, updated or deleted rows of the table commits.\n")
-	b.WriteString("-- Run it as the table's owner; tidemark never creates it itself.\n")
-	b.WriteString("-- The WHEN clause queues it once per transaction (it marks the transaction\n")
-	b.WriteString("-- in a setting), and it runs at commit. PostgreSQL commits notifying\n")
-	b.WriteString("-- transactions one at a time, each through its WAL flush, so a commit does\n")
-	b.WriteString("-- not notify while another is notifying this channel (a transaction-level\n")
-	b.WriteString("-- advisory lock, tried, never waited for): tidemark's follow-up pass reads it.\n")
+	if kind == NotifyStatement {
+		b.WriteString("-- tidemark: a statement-level trigger that wakes `tidemark run` (source.notify)\n")
+		b.WriteString("-- after every INSERT, UPDATE and DELETE statement on the table.\n")
+		b.WriteString("-- Run it as the table's owner; tidemark never creates it itself.\n")
+		b.WriteString("-- Every writing transaction notifies; PostgreSQL commits notifying transactions\n")
+		b.WriteString("-- one at a time. For thousands of commits a second, see --notify-trigger deferred.\n")
+	} else {
+		b.WriteString("-- tidemark: a trigger that wakes `tidemark run` (source.notify) when a\n")
+		b.WriteString("-- transaction that inserted, updated or deleted rows of the table commits.\n")
+		b.WriteString("-- Run it as the table's owner; tidemark never creates it itself.\n")
+		b.WriteString("-- The WHEN clause queues it once per transaction (it marks the transaction\n")
+		b.WriteString("-- in a setting), and it runs at commit. PostgreSQL commits notifying\n")
+		b.WriteString("-- transactions one at a time, each through its WAL flush, so a commit does\n")
+		b.WriteString("-- not notify while another is notifying this channel (a transaction-level\n")
+		b.WriteString("-- advisory lock, tried, never waited for): tidemark's follow-up pass reads it.\n")
+		b.WriteString("-- Until commit its event is pending: ALTER TABLE, TRUNCATE, CREATE INDEX or\n")
+		b.WriteString("-- DROP on the table after a write in the same transaction fail (\"pending\n")
+		b.WriteString("-- trigger events\"); SET CONSTRAINTS tidemark_notify IMMEDIATE before them.\n")
+		b.WriteString("-- Foreign tables cannot have it: not on a table with foreign partitions.\n")
+	}
 	// Only text without line breaks may go into a -- comment: a quoted
 	// identifier can hold one, and the rest of its line would be SQL.
 	if !strings.ContainsAny(rel+fn, "\r\n") {
@@ -148,11 +196,21 @@ func NotifySQL(schema, table, channel string) (NotifyStatements, error) {
 	// and, while it waits, holds up every new write: give up after a few
 	// seconds rather than stall the application (run it again later).
 	b.WriteString("SET LOCAL lock_timeout = '5s';\n")
+	// Names in the statements below resolve in pg_catalog first, whatever
+	// the installer's search_path (the operators of WHEN are resolved now).
+	b.WriteString("SET LOCAL search_path = pg_catalog, pg_temp;\n")
 	b.WriteString("CREATE OR REPLACE FUNCTION " + fn + "() RETURNS trigger\nLANGUAGE plpgsql AS " + dollarQuote(body) + ";\n")
 	b.WriteString("DROP TRIGGER IF EXISTS " + trg + " ON " + rel + ";\n")
-	b.WriteString("CREATE CONSTRAINT TRIGGER " + trg + "\n  AFTER INSERT OR UPDATE OR DELETE ON " + rel + "\n  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW\n" +
-		"  WHEN (pg_catalog.current_setting(" + set + ", true) IS DISTINCT FROM pg_catalog.set_config(" + set + ", '1', true))\n" +
-		"  EXECUTE FUNCTION " + fn + "();\n")
+	if kind == NotifyStatement {
+		b.WriteString("CREATE TRIGGER " + trg + "\n  AFTER INSERT OR UPDATE OR DELETE ON " + rel + "\n  FOR EACH STATEMENT EXECUTE FUNCTION " + fn + "();\n")
+	} else {
+		// The mark is the transaction's own id, so that a value set for
+		// the session (SET, ALTER ROLE ... SET) cannot silence it.
+		set := quoteLiteral(notifySetting(channel))
+		b.WriteString("CREATE CONSTRAINT TRIGGER " + trg + "\n  AFTER INSERT OR UPDATE OR DELETE ON " + rel + "\n  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW\n" +
+			"  WHEN (pg_catalog.current_setting(" + set + ", true) IS DISTINCT FROM pg_catalog.set_config(" + set + ", pg_catalog.pg_current_xact_id()::text, true))\n" +
+			"  EXECUTE FUNCTION " + fn + "();\n")
+	}
 	b.WriteString("COMMIT;\n")
 	return NotifyStatements{Install: b.String(), Remove: remove, Function: fn}, nil
 }
@@ -195,10 +253,10 @@ func notifyFunctionName(table string) string {
 }
 
 // notifyTriggerSQL lists the table's user triggers whose function calls
-// pg_notify: name, enabled, the events (tgtype bits 4
+// pg_notify: name, enabled, statement-level, the events (tgtype bits 4
 // INSERT, 8 DELETE, 16 UPDATE), deferred to commit with a WHEN clause
 // (as NotifySQL's), and the function's source.
-const notifyTriggerSQL = `SELECT t.tgname::text, t.tgenabled <> 'D', (t.tgtype & 28) = 28,
+const notifyTriggerSQL = `SELECT t.tgname::text, t.tgenabled <> 'D', (t.tgtype & 1) = 0, (t.tgtype & 28) = 28,
 	t.tginitdeferred AND t.tgqual IS NOT NULL, p.prosrc
 FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid
 WHERE t.tgrelid = $1 AND NOT t.tgisinternal AND p.prosrc LIKE '%pg_notify%'`
@@ -214,14 +272,14 @@ func (s *Source) CheckNotify(ctx context.Context, channel string) ([]Finding, er
 		return nil, fmt.Errorf("check notify trigger: %w", err)
 	}
 	type trig struct {
-		name                        string
-		enabled, allEvent, deferred bool
-		src                         string
+		name                              string
+		enabled, stmt, allEvent, deferred bool
+		src                               string
 	}
 	var found []trig
 	for rows.Next() {
 		var t trig
-		if err := rows.Scan(&t.name, &t.enabled, &t.allEvent, &t.deferred, &t.src); err != nil {
+		if err := rows.Scan(&t.name, &t.enabled, &t.stmt, &t.allEvent, &t.deferred, &t.src); err != nil {
 			return nil, fmt.Errorf("check notify trigger: %w", err)
 		}
 		found = append(found, t)
@@ -241,11 +299,14 @@ func (s *Source) CheckNotify(ctx context.Context, channel string) ([]Finding, er
 		case !t.allEvent:
 			return []Finding{{Warn, "notify", fmt.Sprintf("trigger %s on %s notifies channel %q, but not on every one of INSERT, UPDATE and DELETE: the others wait for the poll (sync.poll_interval); %s", quote(t.name), sh.tbl.ident, channel, fix)}}, nil
 		}
-		if t.deferred && strings.Contains(t.src, "pg_try_advisory_xact_lock") {
-			return []Finding{{OK, "notify", fmt.Sprintf("trigger %s on %s notifies channel %q when a transaction that changed rows commits, one notifier at a time", quote(t.name), sh.tbl.ident, channel)}}, nil
+		how := "statement-level: every writing transaction notifies"
+		switch {
+		case t.deferred && strings.Contains(t.src, "pg_try_advisory_xact_lock"):
+			how = "deferred to commit, one notifying commit at a time"
+		case !t.stmt:
+			how = "row-level (one call per row; a statement-level trigger costs less)"
 		}
-		// Any other: it works, and costs the writers more.
-		return []Finding{{Warn, "notify", fmt.Sprintf("trigger %s on %s notifies channel %q from every transaction that writes (it is not the trigger tidemark prints now): PostgreSQL commits notifying transactions one at a time, each through its WAL flush, which caps the table's writers near one commit per flush; print the current one with `tidemark check --print-notify-sql` and have the table's owner run it (it notifies from one committing transaction at a time)", quote(t.name), sh.tbl.ident, channel)}}, nil
+		return []Finding{{OK, "notify", fmt.Sprintf("trigger %s on %s notifies channel %q on INSERT, UPDATE and DELETE (%s)", quote(t.name), sh.tbl.ident, channel, how)}}, nil
 	}
 	return []Finding{{Warn, "notify", fmt.Sprintf("no trigger on %s notifies channel %q: changes wait for the poll (sync.poll_interval); %s", sh.tbl.ident, channel, fix)}}, nil
 }

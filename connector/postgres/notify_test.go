@@ -307,12 +307,31 @@ func TestNotifySQLHostileNames(t *testing.T) {
 	db := harness.NewDB(t)
 	ctx := context.Background()
 	db.Exec(t, `CREATE TABLE canary (x int)`)
-	for i, table := range []string{
-		`we"ird ta'ble $$ $tidemark$`,
-		"x\nDROP TABLE canary; --",
-		"y\rDROP TABLE canary; --",       // PostgreSQL ends a -- comment at \r too
-		strings.Repeat("long name é", 6), // the function name is cut and digested
-	} {
+	for k, kind := range []postgres.NotifyKind{postgres.NotifyStatement, postgres.NotifyDeferred} {
+		for i, table := range []string{
+			`we"ird ta'ble $$ $tidemark$`,
+			"x\nDROP TABLE canary; --",
+			"y\rDROP TABLE canary; --",       // PostgreSQL ends a -- comment at \r too
+			strings.Repeat("long name é", 6), // the function name is cut and digested
+		} {
+			hostileNotifySQL(t, db, kind, postgres.NotifyKinds[k]+" "+table, i)
+		}
+	}
+	var n int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM canary`).Scan(&n); err != nil {
+		t.Fatalf("the canary table is gone: %v", err)
+	}
+	if _, err := postgres.NotifySQL(db.Schema, "t", "bad\nchannel", postgres.NotifyStatement); !errors.Is(err, postgres.ErrBadConfig) || !strings.Contains(err.Error(), "control character") {
+		t.Errorf("a channel with a line break: %v", err)
+	}
+}
+
+// hostileNotifySQL installs the trigger of kind on a table named table
+// (i picks the channel), checks what it notifies, and removes it.
+func hostileNotifySQL(t *testing.T, db *harness.DB, kind postgres.NotifyKind, table string, i int) {
+	t.Helper()
+	ctx := context.Background()
+	{
 		// With a backslash the literal takes the E'...' form; without one
 		// the plain form. Both hold what would end a naive quote or tag.
 		channel := `ch'an"nel $tidemark$ \'); DROP TABLE canary; --`
@@ -321,7 +340,7 @@ func TestNotifySQLHostileNames(t *testing.T) {
 		}
 		ident := pgx.Identifier{db.Schema, table}.Sanitize()
 		db.Exec(t, `CREATE TABLE `+ident+` (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL DEFAULT now(), v text)`)
-		st, err := postgres.NotifySQL(db.Schema, table, channel)
+		st, err := postgres.NotifySQL(db.Schema, table, channel, kind)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -335,7 +354,7 @@ func TestNotifySQLHostileNames(t *testing.T) {
 		}
 		src := open(t, postgres.Config{DSN: db.URL, Schema: db.Schema, Table: table})
 		fs, err := src.CheckNotify(ctx, channel)
-		if err != nil || len(fs) != 1 || fs[0].Severity != postgres.OK || !strings.Contains(fs[0].Message, "one notifier at a time") {
+		if err != nil || len(fs) != 1 || fs[0].Severity != postgres.OK || !strings.Contains(fs[0].Message, map[postgres.NotifyKind]string{postgres.NotifyStatement: "statement-level", postgres.NotifyDeferred: "one notifying commit at a time"}[kind]) {
 			t.Errorf("table %q: CheckNotify after the install: %v %v", table, fs, err)
 		}
 		l := listen(t, db, postgres.ListenConfig{Channel: channel})
@@ -364,12 +383,20 @@ func TestNotifySQLHostileNames(t *testing.T) {
 				t.Fatalf("table %q: statement %d (%s) woke nothing", table, i, stmt)
 			}
 		}
-		// A statement that changes no row commits nothing to read.
+		// A statement that changes no row: the statement-level trigger
+		// fires for it too, the deferred one is never queued.
 		if _, err := writer.Exec(ctx, `UPDATE `+ident+` SET v = 'd' WHERE false`); err != nil {
 			t.Fatal(err)
 		}
-		if !waitFor(5*time.Second, func() bool { return l.Notifications() == 3 }) || woke(l, 300*time.Millisecond) {
-			t.Errorf("table %q: %d notifications for 3 statements that changed rows and one that changed none", table, l.Notifications())
+		want := int64(3)
+		if kind == postgres.NotifyStatement {
+			want = 4
+		}
+		if !waitFor(5*time.Second, func() bool { return l.Notifications() == want }) {
+			t.Errorf("table %q: %d notifications for 3 statements that changed rows and one that changed none, want %d", table, l.Notifications(), want)
+		}
+		if woke(l, 300*time.Millisecond) != (want == 4) { // and take its wake-up
+			t.Errorf("table %q: the statement that changed no row woke the listener: %v, want %v", table, want == 3, want == 4)
 		}
 		if _, err := db.Pool.Exec(ctx, st.Remove); err != nil {
 			t.Fatalf("table %q: the removal statements fail: %v\n%s", table, err, st.Remove)
@@ -382,13 +409,6 @@ func TestNotifySQLHostileNames(t *testing.T) {
 		if err != nil || len(fs) != 1 || fs[0].Severity != postgres.Warn || !strings.Contains(fs[0].Message, "--print-notify-sql") {
 			t.Errorf("table %q: CheckNotify after the removal: %v %v", table, fs, err)
 		}
-	}
-	var n int
-	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM canary`).Scan(&n); err != nil {
-		t.Fatalf("the canary table is gone: %v", err)
-	}
-	if _, err := postgres.NotifySQL(db.Schema, "t", "bad\nchannel"); !errors.Is(err, postgres.ErrBadConfig) || !strings.Contains(err.Error(), "control character") {
-		t.Errorf("a channel with a line break: %v", err)
 	}
 }
 
@@ -405,11 +425,15 @@ func TestNotifyTriggerOneNotifierAtATime(t *testing.T) {
 	db := harness.NewDB(t)
 	ctx := context.Background()
 	db.Exec(t, `CREATE TABLE items (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL DEFAULT now())`)
-	st, err := postgres.NotifySQL(db.Schema, "items", "items_changes")
+	st, err := postgres.NotifySQL(db.Schema, "items", "items_changes", postgres.NotifyDeferred)
 	if err != nil {
 		t.Fatal(err)
 	}
 	db.Exec(t, st.Install)
+	src := open(t, config(db, "items"))
+	if fs, err := src.CheckNotify(ctx, "items_changes"); err != nil || fs[0].Severity != postgres.OK || !strings.Contains(fs[0].Message, "one notifying commit at a time") {
+		t.Errorf("CheckNotify: %v %v", fs, err)
+	}
 	l := listen(t, db, postgres.ListenConfig{Channel: "items_changes"})
 	heard := func(want int64, what string) {
 		t.Helper()
@@ -507,6 +531,17 @@ func TestNotifyTriggerOneNotifierAtATime(t *testing.T) {
 	}
 	n++
 	heard(n, "a transaction of three statements")
+	// A value of the trigger's setting for the session does not silence
+	// it: the mark is the transaction's own id.
+	setting := strings.Split(strings.Split(st.Install, "current_setting('")[1], "'")[0]
+	if _, err := c.Exec(ctx, `SELECT pg_catalog.set_config($1, '1', false)`, setting); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, `INSERT INTO items (id) VALUES (7000)`); err != nil {
+		t.Fatal(err)
+	}
+	n++
+	heard(n, "a commit in a session that set the trigger's setting")
 }
 
 // TestCheckNotifyDisabledAndPartial: a disabled trigger, and one that
@@ -515,7 +550,7 @@ func TestCheckNotifyDisabledAndPartial(t *testing.T) {
 	db := harness.NewDB(t)
 	ctx := context.Background()
 	db.Exec(t, `CREATE TABLE items (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)`)
-	st, err := postgres.NotifySQL(db.Schema, "items", "items_changes")
+	st, err := postgres.NotifySQL(db.Schema, "items", "items_changes", postgres.NotifyStatement)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -532,14 +567,6 @@ func TestCheckNotifyDisabledAndPartial(t *testing.T) {
 	}
 	if fs, err := src.CheckNotify(ctx, "other"); err != nil || fs[0].Severity != postgres.Warn || !strings.Contains(fs[0].Message, "no trigger") {
 		t.Errorf("another channel: %v %v", fs, err)
-	}
-	// A trigger that notifies from every writing transaction, as the one
-	// tidemark printed before: it works, and caps the writers.
-	db.Exec(t, `DROP TRIGGER mine ON items`)
-	db.Exec(t, `CREATE FUNCTION every_commit() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN PERFORM pg_notify('items_changes', ''); RETURN NULL; END$$`)
-	db.Exec(t, `CREATE TRIGGER every AFTER INSERT OR UPDATE OR DELETE ON items FOR EACH STATEMENT EXECUTE FUNCTION every_commit()`)
-	if fs, err := src.CheckNotify(ctx, "items_changes"); err != nil || fs[0].Severity != postgres.Warn || !strings.Contains(fs[0].Message, "one at a time") || !strings.Contains(fs[0].Message, "--print-notify-sql") {
-		t.Errorf("a trigger that notifies from every transaction: %v %v", fs, err)
 	}
 }
 
@@ -572,7 +599,7 @@ func TestNotifySQLDoesNotQueueBehindLongQueries(t *testing.T) {
 	db := harness.NewDB(t)
 	ctx := context.Background()
 	db.Exec(t, `CREATE TABLE t (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)`)
-	st, err := postgres.NotifySQL(db.Schema, "t", "ch")
+	st, err := postgres.NotifySQL(db.Schema, "t", "ch", postgres.NotifyDeferred)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,6 +31,9 @@ type latencyResult struct {
 	// target is the rate asked for, writers the connections that wrote,
 	// batch the updates each of their transactions committed.
 	target, writers, batch int
+	// trigger is the notify trigger's kind (postgres.NotifyKinds), with
+	// source.notify.
+	trigger string
 	// txns and records are the Kafka transactions tidemark committed and
 	// the rows it published from the first update until it stopped (the
 	// checkpoint's counters), span the time from the first update until

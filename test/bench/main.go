@@ -59,6 +59,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tidemark/tidemark/connector/postgres"
 	"github.com/tidemark/tidemark/test/harness"
 )
 
@@ -85,7 +86,9 @@ type options struct {
 	// arguments of -notify-only.
 	notifyRates []int
 	notifyArgs  string
-	notifyBatch int
+	// notifyTrigger is the trigger kind of -notify-only (-notify-trigger).
+	notifyTrigger string
+	notifyBatch   int
 	// compressionOnly loads the table and runs only the kafka.compression
 	// loads (compression.go), printing their lines instead of the report.
 	compressionOnly bool
@@ -127,6 +130,7 @@ func run() int {
 		return nil
 	})
 	flag.IntVar(&o.notifyBatch, "notify-batch", 1, "with -notify-only: updates per writer transaction (distinct rows in one UPDATE), to compare the cost of the commits with that of the rows")
+	flag.StringVar(&o.notifyTrigger, "notify-trigger", "statement", "with -notify-only: the notify trigger, statement or deferred (tidemark check --print-notify-sql --notify-trigger)")
 	flag.StringVar(&o.notifyArgs, "notify-args", "", "with -notify-only: more `tidemark run` arguments, space separated (say --source.notify_min_gap 5ms)")
 	flag.BoolVar(&o.loadOnly, "load-only", false, "only run the sync.load_workers initial loads on a shuffled -rows table (-pairs rounds) and print them (no report)")
 	flag.BoolVar(&o.noLoad, "no-load", false, "skip the sync.load_workers scenario")
@@ -266,7 +270,11 @@ func (b *bench) run(ctx context.Context) error {
 	}
 	if o.notifyOnly {
 		step(fmt.Sprintf("incremental latency with source.notify: %v updates/s for %s each", o.notifyRates, o.latency))
-		_, err := b.notifyRunsBatched(ctx, main, o.notifyRates, strings.Fields(o.notifyArgs), max(o.notifyBatch, 1))
+		kind, err := postgres.ParseNotifyKind(o.notifyTrigger)
+		if err != nil {
+			return err
+		}
+		_, err = b.notifyRunsBatched(ctx, main, o.notifyRates, strings.Fields(o.notifyArgs), max(o.notifyBatch, 1), kind)
 		return err
 	}
 	// The first run into a fresh broker process paid for its heap's
@@ -393,7 +401,12 @@ func (b *bench) run(ctx context.Context) error {
 		return fmt.Errorf("notify latency: %w", err)
 	}
 	step(fmt.Sprintf("incremental latency with source.notify: %d updates/s in commits of %d rows, %s", high, notifyBatch, o.latency))
-	if b.res.notifyBatched, err = b.notifyRunsBatched(ctx, small, []int{high}, nil, notifyBatch); err != nil {
+	step(fmt.Sprintf("incremental latency with source.notify and the deferred trigger: %d updates/s for %s", high, o.latency))
+	if b.res.notifyDeferred, err = b.notifyRunsBatched(ctx, small, []int{high}, nil, 1, postgres.NotifyDeferred); err != nil {
+		return fmt.Errorf("notify latency with the deferred trigger: %w", err)
+	}
+	step(fmt.Sprintf("incremental latency with source.notify: %d updates/s in commits of %d rows, %s", high, notifyBatch, o.latency))
+	if b.res.notifyBatched, err = b.notifyRunsBatched(ctx, small, []int{high}, nil, notifyBatch, postgres.NotifyStatement); err != nil {
 		return fmt.Errorf("notify latency in commits of %d: %w", notifyBatch, err)
 	}
 

@@ -41,26 +41,27 @@ var notifyRates = []int{1000, 4000, 10_000}
 // `tidemark check --print-notify-sql` prints), measures commit -> visible
 // with source.notify at each of notifyRates (latencyRunSpec; sync.poll_interval
 // stays 1s, source.notify_min_gap its default), and removes the trigger.
-// Every UPDATE commits on its own, so each one is a notification.
+// Every UPDATE commits on its own: with the statement-level trigger, each
+// one is a notification.
 //
 // rates and extra are notifyRates and no arguments in `make bench`;
 // `-notify-only` takes them from -notify-rates and -notify-args, to try a
 // setting (say `--source.notify_min_gap 5ms`) at the rates that matter.
 func (b *bench) notifyRuns(ctx context.Context, table string, rates []int, extra []string) ([]latencyResult, error) {
-	return b.notifyRunsBatched(ctx, table, rates, extra, 1)
+	return b.notifyRunsBatched(ctx, table, rates, extra, 1, postgres.NotifyStatement)
 }
 
 // notifyRunsBatched is notifyRuns with batch updates per transaction
 // (-notify-batch): the same rows per second in a batch-th of the commits,
 // each one notification, to tell the cost of the commits from that of the
-// rows.
-func (b *bench) notifyRunsBatched(ctx context.Context, table string, rates []int, extra []string, batch int) ([]latencyResult, error) {
+// rows; and with the trigger of kind.
+func (b *bench) notifyRunsBatched(ctx context.Context, table string, rates []int, extra []string, batch int, kind postgres.NotifyKind) ([]latencyResult, error) {
 	var schema string
 	if err := b.pool.QueryRow(ctx, `SELECT n.nspname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 		WHERE c.oid = $1::regclass`, pgx.Identifier{table}.Sanitize()).Scan(&schema); err != nil {
 		return nil, fmt.Errorf("schema of %s: %w", table, err)
 	}
-	st, err := postgres.NotifySQL(schema, table, notifyChannel)
+	st, err := postgres.NotifySQL(schema, table, notifyChannel, kind)
 	if err != nil {
 		return nil, err
 	}
@@ -79,8 +80,9 @@ func (b *bench) notifyRunsBatched(ctx context.Context, table string, rates []int
 		if err != nil {
 			return out, fmt.Errorf("%d updates/s: %w", rate, err)
 		}
-		fmt.Printf("      notify, %d/s asked, %d writer(s), %d update(s) a commit: %s; %.1f transactions/s, %.0f records per transaction\n",
-			rate, res.writers, batch, res.line(), res.tps(), res.perTxn())
+		res.trigger = postgres.NotifyKinds[kind]
+		fmt.Printf("      notify (%s trigger), %d/s asked, %d writer(s), %d update(s) a commit: %s; %.1f transactions/s, %.0f records per transaction\n",
+			res.trigger, rate, res.writers, batch, res.line(), res.tps(), res.perTxn())
 		out = append(out, res)
 	}
 	return out, nil
@@ -98,9 +100,9 @@ func (l latencyResult) notifyMet() bool {
 
 // notifySummary writes the summary rows of the notify runs.
 func (r *results) notifySummary(b *strings.Builder) {
-	for _, l := range r.notify {
-		fmt.Fprintf(b, "| incremental latency with source.notify, commit -> visible read_committed (%d updates/s asked, %.0f/s reached; poll 1s) | p50 %s, p99 %s, max %s; %d/%d seen; %.1f transactions/s, %.0f records per transaction | p99 <= %s | %s |\n",
-			l.target, l.rate, ms(l.p50), ms(l.p99), ms(l.max), l.seen, l.updates, l.tps(), l.perTxn(), ms(notifyGoal), verdict(l.notifyMet()))
+	for _, l := range append(slices.Clone(r.notify), r.notifyDeferred...) {
+		fmt.Fprintf(b, "| incremental latency with source.notify, %s trigger, commit -> visible read_committed (%d updates/s asked, %.0f/s reached; poll 1s) | p50 %s, p99 %s, max %s; %d/%d seen; %.1f transactions/s, %.0f records per transaction | p99 <= %s | %s |\n",
+			l.trigger, l.target, l.rate, ms(l.p50), ms(l.p99), ms(l.max), l.seen, l.updates, l.tps(), l.perTxn(), ms(notifyGoal), verdict(l.notifyMet()))
 	}
 	for _, l := range r.notifyBatched {
 		fmt.Fprintf(b, "| the same, %d updates/s asked in source commits of %d rows (%.0f/s reached; not the goal's setting, which commits each update alone: it tells the cost of the commits from that of the rows) | p50 %s, p99 %s, max %s; %d/%d seen; %.1f transactions/s, %.0f records per transaction | (p99 <= %s) | %s |\n",
@@ -115,8 +117,10 @@ func (r *results) renderNotify(b *strings.Builder) {
 		return
 	}
 	fmt.Fprintf(b, "## Incremental latency with source.notify\n\n")
-	fmt.Fprintf(b, "The latency run above, with the trigger that `tidemark check --print-notify-sql` prints installed (it runs at commit, and a commit does not notify while another is notifying: docs/design.md, \"One notifier at a time\") on the table and `tidemark run --source.notify %s` (a connection of its own LISTENs; a notification starts a pass at once, at least source.notify_min_gap 20ms after the last one started, and that pass is followed by one more, docs/design.md, \"Follow-up passes\"; poll_interval stays 1s). "+
-		"Every UPDATE commits on its own, so every update is a notification. A run uses one writer connection per %d updates/s asked (at least one; the writers column). "+
+	fmt.Fprintf(b, "The latency run above, with the statement-level trigger that `tidemark check --print-notify-sql` prints installed on the table (every writing transaction notifies), and `tidemark run --source.notify %s` (a connection of its own LISTENs; a notification starts a pass at once, at least source.notify_min_gap 20ms after the last one started, and that pass is followed by one more, docs/design.md, \"Follow-up passes\"; poll_interval stays 1s). "+
+		"Every UPDATE commits on its own, so with that trigger every update is a notification. "+
+		"The deferred rows have the trigger that `--print-notify-sql --notify-trigger deferred` prints instead: it runs at commit, and a commit does not notify while another is notifying the channel, so the writers keep group commit (docs/design.md, \"One notifier at a time\"). "+
+		"A run uses one writer connection per %d updates/s asked (at least one; the writers column). "+
 		"Passes that notifications start within a poll interval of the end of the last full pass are head passes, which read from the watermark less source.notify_lookback (100ms by default); the full pass after them reads the margin's index range, in windows of updated_at (16, or one per 2,000 rows changed within the margin, at most 256) with head passes between its pages, and leaves out what they read (docs/design.md, \"Head passes\" and \"Head passes during a full pass\"). "+
 		"Kafka transactions and records are the checkpoint's counters from the first update until tidemark stopped; per second over the time from the first update until the last one was visible.\n\n", notifyChannel, writerRate)
 	if len(r.notifyBatched) > 0 {
@@ -128,9 +132,9 @@ func (r *results) renderNotify(b *strings.Builder) {
 	if r.latencyHigh.updates > 0 {
 		off = append(off, r.latencyHigh)
 	}
-	rows := append(append(slices.Clone(off), r.notify...), r.notifyBatched...)
+	rows := append(append(append(slices.Clone(off), r.notify...), r.notifyDeferred...), r.notifyBatched...)
 	for i, l := range rows {
-		on, goal := "on", verdict(l.notifyMet())
+		on, goal := "on ("+l.trigger+")", verdict(l.notifyMet())
 		if i < len(off) {
 			on, goal = "off (poll 1s)", "n/a"
 		}

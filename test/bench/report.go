@@ -32,6 +32,9 @@ type results struct {
 	// without notify.
 	latencyHigh latencyResult
 	notify      []latencyResult // with source.notify (notify.go)
+	// notifyDeferred is the notify run at the highest rate with the
+	// deferred trigger.
+	notifyDeferred []latencyResult
 	// notifyBatched is the notify run at the highest rate with the updates
 	// committed notifyBatch to a transaction (notify.go).
 	notifyBatched []latencyResult

@@ -24,7 +24,7 @@ func TestKeyLoadKilledAtRandomPoints(t *testing.T) {
 			seed := seedFor(t)
 			rng := rand.New(rand.NewPCG(seed, 0x6b657973))
 			w := newWorld(t, nil)
-			sql, err := postgres.NotifySQL(w.db.Schema, "items", "chaos_items")
+			sql, err := postgres.NotifySQL(w.db.Schema, "items", "chaos_items", postgres.NotifyStatement)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -33,7 +33,7 @@ func TestPasswordRotation(t *testing.T) {
 	w.db.Exec(t, fmt.Sprintf(`CREATE ROLE tm_rotate LOGIN PASSWORD '%s'`, oldPW))
 	w.db.Exec(t, fmt.Sprintf(`GRANT USAGE ON SCHEMA %s TO tm_rotate`, pgx.Identifier{w.db.Schema}.Sanitize()))
 	w.db.Exec(t, fmt.Sprintf(`GRANT SELECT ON ALL TABLES IN SCHEMA %s TO tm_rotate`, pgx.Identifier{w.db.Schema}.Sanitize()))
-	sql, err := postgres.NotifySQL(w.db.Schema, "items", "chaos_rotate")
+	sql, err := postgres.NotifySQL(w.db.Schema, "items", "chaos_rotate", postgres.NotifyStatement)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -128,21 +128,29 @@ func TestNotifyLateCommitDuringAFullPass(t *testing.T) {
 		headsDuring int
 		ended       = make(chan struct{})
 		endOnce     sync.Once
+		// began is when the first page of the last pass from each lower
+		// bound was read.
+		began = map[time.Time]time.Time{}
 	)
 	w.src.mu.Lock()
 	w.src.onPage = func(_ context.Context, req connector.PageRequest) {
 		mu.Lock()
 		defer mu.Unlock()
+		if req.Cursor == "" && !req.From.After(req.Since) {
+			began[req.Since] = time.Now() // a pass's first page (of its first window)
+		}
 		switch {
 		case committed.IsZero():
 			// The first window above the late row's of a full pass that
 			// began 2.8 to 3.9 s after it: the pass has read the row's
 			// place, the commit is within the margin, and several
-			// windows lie above the row.
+			// windows lie above the row. (A pass that began sooner,
+			// and read that window 2.8 s after the row, has too few
+			// windows left above it.)
 			if req.Cursor != "" || !req.From.After(late.at) || req.Since.After(late.at) {
 				return
 			}
-			if d := time.Since(late.at); d < 2800*time.Millisecond || d > 3900*time.Millisecond {
+			if d := began[req.Since].Sub(late.at); d < 2800*time.Millisecond || d > 3900*time.Millisecond {
 				return
 			}
 			late.commit()

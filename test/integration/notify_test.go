@@ -217,8 +217,9 @@ func TestNotifyCoalescesPasses(t *testing.T) {
 	rig.AssertNoDupes(t, w.r.Fold())
 }
 
-// TestNotifyFollowUpReadsACommitThatDidNotNotify: a transaction whose
-// trigger ran while another held the notify turn sends no notification
+// TestNotifyFollowUpReadsACommitThatDidNotNotify: with the deferred
+// trigger, a transaction whose trigger ran while another held the notify
+// turn sends no notification
 // (docs/design.md, "One notifier at a time"), and here it commits only
 // after the pass that the holder's notification started has read the
 // table. The follow-up of that pass publishes it, although the poll
@@ -230,7 +231,7 @@ func TestNotifyCoalescesPasses(t *testing.T) {
 // the follow-up. A listener of its own counts the notifications.
 func TestNotifyFollowUpReadsACommitThatDidNotNotify(t *testing.T) {
 	const gap = 2 * time.Second // the follow-up starts this long after the woken pass
-	r := itemsWithTrigger(t)
+	r := itemsWithTriggerOf(t, postgres.NotifyDeferred)
 	ctx := context.Background()
 	l, err := postgres.Listen(ctx, r.PG, postgres.ListenConfig{Channel: "items_changes", Logger: rig.Logger(t)})
 	if err != nil {
@@ -306,12 +307,18 @@ func TestNotifyListenerTerminated(t *testing.T) {
 	rig.AssertNoDupes(t, w.r.Fold())
 }
 
-// itemsWithTrigger is the rig's items table with the trigger NotifySQL
-// prints installed, notifying channel items_changes.
+// itemsWithTrigger is the rig's items table with the statement-level
+// trigger NotifySQL prints installed, notifying channel items_changes.
 func itemsWithTrigger(t *testing.T) *rig.Rig {
 	t.Helper()
+	return itemsWithTriggerOf(t, postgres.NotifyStatement)
+}
+
+// itemsWithTriggerOf is itemsWithTrigger with the trigger of kind.
+func itemsWithTriggerOf(t *testing.T, kind postgres.NotifyKind) *rig.Rig {
+	t.Helper()
 	r := newRig(t, "", "items")
-	st, err := postgres.NotifySQL(r.DB.Schema, "items", "items_changes")
+	st, err := postgres.NotifySQL(r.DB.Schema, "items", "items_changes", kind)
 	if err != nil {
 		t.Fatal(err)
 	}
