@@ -882,9 +882,12 @@ func (e *Engine) woken(ctx context.Context) bool {
 }
 
 // gap starts the next pass as a wake-up does, MinPassGap after the last
-// one started (a head pass: see headNext). A wake-up that arrives
-// meanwhile is taken: the pass reads what it announced. It reports false
-// when ctx ended.
+// one started (a head pass: see headNext). Before a follow-up, one
+// wake-up that arrives meanwhile is taken: the pass reads what it
+// announced, and is followed in turn. Only one: a wake-up left waiting
+// lets the listener hold further notifications unread
+// (postgres.Listener), where taking each would read each. It reports
+// false when ctx ended.
 func (e *Engine) gap(ctx context.Context) bool {
 	e.woke = true
 	gap := e.cfg.MinPassGap - time.Since(e.passStarted)
@@ -893,14 +896,19 @@ func (e *Engine) gap(ctx context.Context) bool {
 	}
 	t := time.NewTimer(gap)
 	defer t.Stop()
+	wake := e.cfg.Wake
+	if e.wakeTaken {
+		wake = nil
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return false
 		case <-t.C:
 			return true
-		case <-e.cfg.Wake:
+		case <-wake: // never ready when nil
 			e.wokeAt, e.wakeTaken = time.Now(), true
+			wake = nil
 		}
 	}
 }

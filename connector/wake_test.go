@@ -634,8 +634,9 @@ func TestPollIntervalSpacesPassStarts(t *testing.T) {
 // TestWokenPassIsFollowedUp: a pass that a wake-up started is followed,
 // MinPassGap after it started, by one more pass that no wake-up started,
 // and that one by another for as long as they publish rows. So a commit
-// that sent no notification (the trigger leaves the notifying to another
-// open transaction: docs/design.md, "One notifier at a time") and came
+// that sent no notification (the deferred trigger leaves the notifying to
+// another committing transaction: docs/design.md, "One notifier at a
+// time") and came
 // after the woken pass read the table is published at once, not a poll
 // interval later. A follow-up that publishes nothing is the last.
 func TestWokenPassIsFollowedUp(t *testing.T) {

@@ -114,7 +114,7 @@ func (a *cli) parse(cmd string, args []string) error {
 		fs.StringVar(&a.taskFlag, "task", "", "with a tables: list, only this task (default: every task)")
 		if cmd == "check" {
 			fs.BoolVar(&a.notifySQL, "print-notify-sql", false, "print the trigger that makes the table notify source.notify, for the table's owner to run (tidemark never creates it), and connect to nothing")
-			fs.StringVar(&a.notifyKind, "notify-trigger", "statement", "with --print-notify-sql: statement (every writing transaction notifies) or deferred (at commit, one notifying commit at a time, for thousands of commits a second; see docs/operating.md)")
+			fs.StringVar(&a.notifyKind, "notify-trigger", "statement", "with --print-notify-sql: statement (every writing transaction notifies) or deferred (at commit, one notifying commit at a time, for thousands of commits a second; DDL on the table after a write in the same transaction then fails: see docs/operating.md)")
 		}
 	case "verify":
 		fs.BoolVar(&a.jsonOut, "json", false, "print the report as JSON")
@@ -151,6 +151,16 @@ func (a *cli) parse(cmd string, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return usageErrorf("unexpected argument %q; flags go before or after, values need a flag (see --help)", fs.Arg(0))
+	}
+	if cmd == "check" {
+		kindSet := false
+		fs.Visit(func(f *flag.Flag) { kindSet = kindSet || f.Name == "notify-trigger" })
+		if _, err := postgres.ParseNotifyKind(a.notifyKind); err != nil {
+			return usageErrorf("--notify-trigger %q: want one of %s", a.notifyKind, strings.Join(postgres.NotifyKinds, ", "))
+		}
+		if kindSet && !a.notifySQL {
+			return usageErrorf("--notify-trigger chooses the trigger that --print-notify-sql prints: add --print-notify-sql")
+		}
 	}
 	a.overrides = append(a.overrides, sets...)
 	if a.logFormat != "" {

@@ -57,6 +57,9 @@ func TestCLINotifyWakesRun(t *testing.T) {
 		!strings.Contains(errOut, "--notify-trigger") || !strings.Contains(errOut, "statement, deferred") {
 		t.Errorf("check --notify-trigger every: exit %d, want %d and the kinds named\n%s\n%s", code, exitConfig, out, errOut)
 	}
+	if code, out, errOut := w.cli(ctx, "check", "--config", cfg, "--notify-trigger", "deferred"); code != exitConfig || !strings.Contains(errOut, "add --print-notify-sql") {
+		t.Errorf("check --notify-trigger without --print-notify-sql: exit %d, want %d and the missing flag named\n%s\n%s", code, exitConfig, out, errOut)
+	}
 	if _, err := w.db.Pool.Exec(ctx, sql); err != nil {
 		t.Fatalf("the printed SQL does not install: %v\n%s", err, sql)
 	}

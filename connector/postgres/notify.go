@@ -178,7 +178,11 @@ func NotifySQL(schema, table, channel string, kind NotifyKind) (NotifyStatements
 		b.WriteString("-- advisory lock, tried, never waited for): tidemark's follow-up pass reads it.\n")
 		b.WriteString("-- Until commit its event is pending: ALTER TABLE, TRUNCATE, CREATE INDEX or\n")
 		b.WriteString("-- DROP on the table after a write in the same transaction fail (\"pending\n")
-		b.WriteString("-- trigger events\"); SET CONSTRAINTS tidemark_notify IMMEDIATE before them.\n")
+		name := quote(schema, NotifyTrigger)
+		if strings.ContainsAny(name, "\r\n") {
+			name = quote(NotifyTrigger) // see the comment on removal below
+		}
+		b.WriteString("-- trigger events\"); run SET CONSTRAINTS " + name + " IMMEDIATE before them.\n")
 		b.WriteString("-- Foreign tables cannot have it: not on a table with foreign partitions.\n")
 	}
 	// Only text without line breaks may go into a -- comment: a quoted
@@ -208,7 +212,7 @@ func NotifySQL(schema, table, channel string, kind NotifyKind) (NotifyStatements
 		// the session (SET, ALTER ROLE ... SET) cannot silence it.
 		set := quoteLiteral(notifySetting(channel))
 		b.WriteString("CREATE CONSTRAINT TRIGGER " + trg + "\n  AFTER INSERT OR UPDATE OR DELETE ON " + rel + "\n  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW\n" +
-			"  WHEN (pg_catalog.current_setting(" + set + ", true) IS DISTINCT FROM pg_catalog.set_config(" + set + ", pg_catalog.pg_current_xact_id()::text, true))\n" +
+			"  WHEN (pg_catalog.current_setting(" + set + ", true) IS DISTINCT FROM pg_catalog.set_config(" + set + ", pg_catalog.txid_current()::text, true))\n" +
 			"  EXECUTE FUNCTION " + fn + "();\n")
 	}
 	b.WriteString("COMMIT;\n")
@@ -299,10 +303,18 @@ func (s *Source) CheckNotify(ctx context.Context, channel string) ([]Finding, er
 		case !t.allEvent:
 			return []Finding{{Warn, "notify", fmt.Sprintf("trigger %s on %s notifies channel %q, but not on every one of INSERT, UPDATE and DELETE: the others wait for the poll (sync.poll_interval); %s", quote(t.name), sh.tbl.ident, channel, fix)}}, nil
 		}
+		turn := strings.Contains(t.src, "pg_try_advisory_xact_lock")
 		how := "statement-level: every writing transaction notifies"
 		switch {
-		case t.deferred && strings.Contains(t.src, "pg_try_advisory_xact_lock"):
+		case turn && !t.deferred:
+			// It takes the turn at its statement and holds it to the end
+			// of the transaction: commits beside a long transaction go
+			// unnotified (docs/design.md, "One notifier at a time").
+			return []Finding{{Warn, "notify", fmt.Sprintf("trigger %s on %s notifies channel %q one transaction at a time, but is not deferred to commit: a transaction holds the turn from its first write to its end, and commits meanwhile wait for the poll (sync.poll_interval); print the deferred one with `tidemark check --print-notify-sql --notify-trigger deferred` and have the table's owner run it", quote(t.name), sh.tbl.ident, channel)}}, nil
+		case turn:
 			how = "deferred to commit, one notifying commit at a time"
+		case t.deferred:
+			how = "deferred to commit: every writing transaction notifies"
 		case !t.stmt:
 			how = "row-level (one call per row; a statement-level trigger costs less)"
 		}

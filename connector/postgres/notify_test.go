@@ -412,7 +412,7 @@ func hostileNotifySQL(t *testing.T, db *harness.DB, kind postgres.NotifyKind, ta
 	}
 }
 
-// TestNotifyTriggerOneNotifierAtATime: the printed trigger notifies when
+// TestNotifyTriggerOneNotifierAtATime: the deferred trigger notifies when
 // a transaction that changed rows commits, unless another transaction is
 // notifying the channel at that moment (docs/design.md, "One notifier at
 // a time"). A transaction holds that turn from its trigger, which runs at
@@ -567,6 +567,24 @@ func TestCheckNotifyDisabledAndPartial(t *testing.T) {
 	}
 	if fs, err := src.CheckNotify(ctx, "other"); err != nil || fs[0].Severity != postgres.Warn || !strings.Contains(fs[0].Message, "no trigger") {
 		t.Errorf("another channel: %v %v", fs, err)
+	}
+	// Triggers of the operator's own. One deferred to commit without the
+	// turn: every transaction notifies, at commit.
+	db.Exec(t, `DROP TRIGGER mine ON items`)
+	db.Exec(t, `CREATE FUNCTION at_commit() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN PERFORM pg_notify('items_changes', ''); RETURN NULL; END$$`)
+	db.Exec(t, `CREATE CONSTRAINT TRIGGER at_commit AFTER INSERT OR UPDATE OR DELETE ON items DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+		WHEN (current_setting('x.y', true) IS DISTINCT FROM set_config('x.y', txid_current()::text, true)) EXECUTE FUNCTION at_commit()`)
+	if fs, err := src.CheckNotify(ctx, "items_changes"); err != nil || fs[0].Severity != postgres.OK || !strings.Contains(fs[0].Message, "deferred to commit: every writing transaction notifies") {
+		t.Errorf("a deferred trigger without the turn: %v %v", fs, err)
+	}
+	// One that takes the turn at its statement: it holds it to the end of
+	// the transaction, which silences the others.
+	db.Exec(t, `DROP TRIGGER at_commit ON items`)
+	db.Exec(t, `CREATE FUNCTION at_statement() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN
+		IF pg_try_advisory_xact_lock(1, 2) THEN PERFORM pg_notify('items_changes', ''); END IF; RETURN NULL; END$$`)
+	db.Exec(t, `CREATE TRIGGER at_statement AFTER INSERT OR UPDATE OR DELETE ON items FOR EACH STATEMENT EXECUTE FUNCTION at_statement()`)
+	if fs, err := src.CheckNotify(ctx, "items_changes"); err != nil || fs[0].Severity != postgres.Warn || !strings.Contains(fs[0].Message, "not deferred to commit") || !strings.Contains(fs[0].Message, "--notify-trigger deferred") {
+		t.Errorf("a trigger that takes the turn at its statement: %v %v", fs, err)
 	}
 }
 

@@ -400,7 +400,6 @@ func (b *bench) run(ctx context.Context) error {
 	if b.res.notify, err = b.notifyRuns(ctx, small, notifyRates, nil); err != nil {
 		return fmt.Errorf("notify latency: %w", err)
 	}
-	step(fmt.Sprintf("incremental latency with source.notify: %d updates/s in commits of %d rows, %s", high, notifyBatch, o.latency))
 	step(fmt.Sprintf("incremental latency with source.notify and the deferred trigger: %d updates/s for %s", high, o.latency))
 	if b.res.notifyDeferred, err = b.notifyRunsBatched(ctx, small, []int{high}, nil, 1, postgres.NotifyDeferred); err != nil {
 		return fmt.Errorf("notify latency with the deferred trigger: %w", err)
