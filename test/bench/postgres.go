@@ -240,9 +240,9 @@ func describeMachine(ctx context.Context, pool *pgxpool.Pool) (machine, error) {
 	if err := pool.QueryRow(ctx, "SHOW server_version").Scan(&m.postgres); err != nil {
 		return m, err
 	}
-	var sb string
-	_ = pool.QueryRow(ctx, "SHOW shared_buffers").Scan(&sb)
-	m.postgres = "PostgreSQL " + m.postgres + " (shared_buffers " + sb + ")"
+	var sb, fsync, sc string
+	_ = pool.QueryRow(ctx, "SELECT current_setting('shared_buffers'), current_setting('fsync'), current_setting('synchronous_commit')").Scan(&sb, &fsync, &sc)
+	m.postgres = "PostgreSQL " + m.postgres + " (shared_buffers " + sb + ", fsync " + fsync + ", synchronous_commit " + sc + ")"
 	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
 		for _, l := range strings.Split(string(b), "\n") {
 			if f := strings.Fields(l); len(f) >= 2 && f[0] == "MemTotal:" {
