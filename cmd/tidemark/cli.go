@@ -48,6 +48,7 @@ type cli struct {
 	// notifyKind is check --notify-trigger: which trigger
 	// --print-notify-sql prints (postgres.NotifyKinds).
 	notifyKind string
+	notifyTrig postgres.NotifyKind // notifyKind, parsed by parse
 
 	replicaDSN, replicaSchema, replicaTable string
 	replicaPasswordEnv, replicaPasswordFile string // verify --replica-password-*
@@ -155,7 +156,8 @@ func (a *cli) parse(cmd string, args []string) error {
 	if cmd == "check" {
 		kindSet := false
 		fs.Visit(func(f *flag.Flag) { kindSet = kindSet || f.Name == "notify-trigger" })
-		if _, err := postgres.ParseNotifyKind(a.notifyKind); err != nil {
+		var err error
+		if a.notifyTrig, err = postgres.ParseNotifyKind(a.notifyKind); err != nil {
 			return usageErrorf("--notify-trigger %q: want one of %s", a.notifyKind, strings.Join(postgres.NotifyKinds, ", "))
 		}
 		if kindSet && !a.notifySQL {

@@ -140,7 +140,7 @@ func (a *cli) forTask(t Task, env *taskEnv) *cli {
 	return &cli{
 		stdout: a.stdout, stderr: a.stderr, env: a.env, environ: a.environ,
 		configPath: a.configPath, once: a.once, progress: a.progress, serve: a.serve, sasl: a.sasl,
-		jsonOut: a.jsonOut, yes: a.yes, reason: a.reason, by: a.by, toWM: a.toWM, notifySQL: a.notifySQL, notifyKind: a.notifyKind,
+		jsonOut: a.jsonOut, yes: a.yes, reason: a.reason, by: a.by, toWM: a.toWM, notifySQL: a.notifySQL, notifyTrig: a.notifyTrig,
 		replicaDSN: a.replicaDSN, replicaSchema: a.replicaSchema, replicaTable: a.replicaTable,
 		replicaPasswordEnv: a.replicaPasswordEnv, replicaPasswordFile: a.replicaPasswordFile,
 		replica: a.replica, feed: a.feed,

@@ -97,11 +97,7 @@ func (a *cli) printNotifySQL() error {
 		return &ConfigError{Key: "source.notify", Msg: "is not set: --print-notify-sql prints the trigger for that channel; " +
 			"set it in the configuration (source.notify: orders_changes), the same one `tidemark run` reads"}
 	}
-	kind, err := postgres.ParseNotifyKind(a.notifyKind) // checked by parse
-	if err != nil {
-		return err
-	}
-	st, err := postgres.NotifySQL(s.Schema, s.Table, s.Notify, kind)
+	st, err := postgres.NotifySQL(s.Schema, s.Table, s.Notify, a.notifyTrig)
 	if err != nil {
 		return &ConfigError{Key: "source.notify", Origin: a.cfg.origin["source.notify"], Err: err}
 	}

@@ -224,8 +224,15 @@ func NotifySQL(schema, table, channel string, kind NotifyKind) (NotifyStatements
 // one per channel, so that a transaction writing two tables of two
 // channels notifies both.
 func notifySetting(channel string) string {
+	d := channelDigest(channel)
+	return "tidemark.notify_" + hex.EncodeToString(d[:])
+}
+
+// channelDigest is the first four bytes of a digest of the channel, which
+// names its setting (notifySetting) and keys its turn (notifyTurn).
+func channelDigest(channel string) [4]byte {
 	sum := sha256.Sum256([]byte("tidemark notify " + channel))
-	return "tidemark.notify_" + hex.EncodeToString(sum[:4])
+	return [4]byte(sum[:4])
 }
 
 // notifyTurn is the advisory lock key pair of a channel's notify turn
@@ -234,8 +241,8 @@ func notifySetting(channel string) string {
 // the advisory lock functions, and an application's own int4 pairs would
 // have to hit both numbers.
 func notifyTurn(channel string) (int32, int32) {
-	sum := sha256.Sum256([]byte("tidemark notify " + channel))
-	return 0x74696465, int32(binary.BigEndian.Uint32(sum[:4]))
+	d := channelDigest(channel)
+	return 0x74696465, int32(binary.BigEndian.Uint32(d[:]))
 }
 
 // notifyFunctionName is tidemark_notify_<table>, or when that is longer
