@@ -40,6 +40,15 @@ type latencyResult struct {
 	// the last one was visible.
 	txns, records int64
 	span          time.Duration
+	// The writers' side (writerStats): their own UPDATE round trips (the
+	// statement and its commit), how far behind their schedule they sent
+	// them, and the CPU of PostgreSQL (every backend: the writers', and
+	// tidemark's) over the time they wrote, in cores.
+	wp50, wp99, behind99 time.Duration
+	pgCores              float64
+	// benchCores is the bench process's CPU over that time, in cores: the
+	// writers' client side, and the consumer that reads the topic back.
+	benchCores float64
 }
 
 // tps is transactions per second over the span.
@@ -75,9 +84,20 @@ func (l latencyResult) line() string {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
 
-// write is one update: its row and when its commit returned.
+// msFine is ms with a decimal below 10 ms (a round trip on loopback).
+func msFine(d time.Duration) string {
+	if d < 10*time.Millisecond {
+		return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
+	}
+	return ms(d)
+}
+
+// write is one update: its row, its slot in the writers' schedule, when
+// its statement was sent and when its commit returned.
 type write struct {
 	id        int64
+	slot      time.Time
+	sent      time.Time
 	committed time.Time
 	visible   time.Time
 }
@@ -101,10 +121,33 @@ func (t *tracker) add(id int64) int {
 	return seq
 }
 
-func (t *tracker) committed(seq int, at time.Time) {
+func (t *tracker) committed(seq int, slot, sent, at time.Time) {
 	t.mu.Lock()
-	t.writes[seq-1].committed = at
+	w := &t.writes[seq-1]
+	w.slot, w.sent, w.committed = slot, sent, at
 	t.mu.Unlock()
+}
+
+// writerStats sets the writers' side of res from the writes: their UPDATE
+// round trips (p50, p99) and how far behind their schedule they sent them
+// (p99).
+func (t *tracker) writerStats(res *latencyResult) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var rt, behind []time.Duration
+	for _, w := range t.writes {
+		if w.committed.IsZero() {
+			continue
+		}
+		rt = append(rt, w.committed.Sub(w.sent))
+		behind = append(behind, max(w.sent.Sub(w.slot), 0))
+	}
+	if len(rt) == 0 {
+		return
+	}
+	slices.Sort(rt)
+	slices.Sort(behind)
+	res.wp50, res.wp99, res.behind99 = rt[len(rt)/2], rt[min(len(rt)-1, len(rt)*99/100)], behind[min(len(behind)-1, len(behind)*99/100)]
 }
 
 func (t *tracker) seen(id int64, seq int, at time.Time) {
@@ -236,63 +279,10 @@ func (b *bench) latencyRunSpec(ctx context.Context, table string, spec latencySp
 		return res, fmt.Errorf("checkpoint before the updates: %v (none: %t)", err, cp0 == nil)
 	}
 
-	upd := "UPDATE " + t + " SET updated_at = clock_timestamp(), attrs = jsonb_set(attrs, '{seq}', to_jsonb($2::bigint)) WHERE id = $1"
-	total := int(float64(spec.rate) * b.opts.latency.Seconds())
-	ids := rand.Perm(int(n))
-	every := time.Second / time.Duration(spec.rate)
-	start := time.Now()
-	// Writer w commits updates w, w+writers, ..., each at its slot in the
-	// schedule (or at once when behind it). With spec.batch > 1 it commits
-	// batches of that many distinct rows instead, batch w, w+writers, ...
-	batch := max(spec.batch, 1)
-	updMany := "UPDATE " + t + " SET updated_at = clock_timestamp(), attrs = jsonb_set(attrs, '{seq}', to_jsonb(s.seq)) " +
-		"FROM unnest($1::bigint[], $2::bigint[]) AS s(id, seq) WHERE " + t + ".id = s.id"
-	werrs := make(chan error, spec.writers)
-	for w := range spec.writers {
-		conn, err := b.pool.Acquire(ctx)
-		if err != nil {
-			return res, err
-		}
-		go func() {
-			defer conn.Release()
-			for i := w * batch; i < total; i += spec.writers * batch {
-				if d := time.Until(start.Add(time.Duration(i) * every)); d > 0 {
-					time.Sleep(d)
-				}
-				if batch == 1 {
-					id := int64(ids[i%len(ids)] + 1)
-					seq := tr.add(id)
-					if _, err := conn.Exec(ctx, upd, id, seq); err != nil {
-						werrs <- fmt.Errorf("update: %w", err)
-						return
-					}
-					tr.committed(seq, time.Now())
-					continue
-				}
-				var bid, bseq []int64
-				for j := i; j < min(i+batch, total); j++ {
-					id := int64(ids[j%len(ids)] + 1)
-					bid, bseq = append(bid, id), append(bseq, int64(tr.add(id)))
-				}
-				if _, err := conn.Exec(ctx, updMany, bid, bseq); err != nil {
-					werrs <- fmt.Errorf("update: %w", err)
-					return
-				}
-				now := time.Now()
-				for _, seq := range bseq {
-					tr.committed(int(seq), now)
-				}
-			}
-			werrs <- nil
-		}()
+	start, err := b.writeMeasured(ctx, t, n, spec, tr, &res)
+	if err != nil {
+		return res, err
 	}
-	for range spec.writers {
-		if err := <-werrs; err != nil {
-			return res, err
-		}
-	}
-	res.rate = float64(total) / time.Since(start).Seconds()
-	res.updates = total
 	// Wait for the last updates: two poll intervals and then some.
 	deadline = time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
@@ -356,4 +346,86 @@ func (p *proc) exited() bool {
 	default:
 		return false
 	}
+}
+
+// writeUpdates has spec.writers connections update rows of the table t (n
+// rows, a quoted name) at spec.rate per second for o.latency, each update
+// setting updated_at = clock_timestamp() and a sequence number (tr's) in
+// attrs.seq. Writer w commits updates w, w+writers, ..., each at its slot
+// in the schedule, or at once when behind it. With spec.batch > 1 it
+// commits batches of that many distinct rows instead, batch w, w+writers,
+// ... It returns when the schedule began and the updates written.
+func (b *bench) writeUpdates(ctx context.Context, t string, n int64, spec latencySpec, tr *tracker) (start time.Time, total int, err error) {
+	upd := "UPDATE " + t + " SET updated_at = clock_timestamp(), attrs = jsonb_set(attrs, '{seq}', to_jsonb($2::bigint)) WHERE id = $1"
+	updMany := "UPDATE " + t + " SET updated_at = clock_timestamp(), attrs = jsonb_set(attrs, '{seq}', to_jsonb(s.seq)) " +
+		"FROM unnest($1::bigint[], $2::bigint[]) AS s(id, seq) WHERE " + t + ".id = s.id"
+	total = int(float64(spec.rate) * b.opts.latency.Seconds())
+	ids := rand.Perm(int(n))
+	every := time.Second / time.Duration(spec.rate)
+	batch := max(spec.batch, 1)
+	writers := max(spec.writers, 1)
+	werrs := make(chan error, writers)
+	start = time.Now()
+	for w := range writers {
+		conn, err := b.pool.Acquire(ctx)
+		if err != nil {
+			return start, 0, err
+		}
+		go func() {
+			defer conn.Release()
+			for i := w * batch; i < total; i += writers * batch {
+				slot := start.Add(time.Duration(i) * every)
+				if d := time.Until(slot); d > 0 {
+					time.Sleep(d)
+				}
+				var bid, bseq []int64
+				for j := i; j < min(i+batch, total); j++ {
+					id := int64(ids[j%len(ids)] + 1)
+					bid, bseq = append(bid, id), append(bseq, int64(tr.add(id)))
+				}
+				sent := time.Now()
+				var err error
+				if batch == 1 {
+					_, err = conn.Exec(ctx, upd, bid[0], bseq[0])
+				} else {
+					_, err = conn.Exec(ctx, updMany, bid, bseq)
+				}
+				if err != nil {
+					werrs <- fmt.Errorf("update: %w", err)
+					return
+				}
+				now := time.Now()
+				for _, seq := range bseq {
+					tr.committed(int(seq), slot, sent, now)
+				}
+			}
+			werrs <- nil
+		}()
+	}
+	for range writers {
+		if err := <-werrs; err != nil {
+			return start, 0, err
+		}
+	}
+	return start, total, nil
+}
+
+// writeMeasured is writeUpdates, measured into res: the rate reached, the
+// writers' side (writerStats) and the CPU of PostgreSQL and of the bench
+// process over the time they wrote. It returns when the writers' schedule
+// began.
+func (b *bench) writeMeasured(ctx context.Context, t string, n int64, spec latencySpec, tr *tracker, res *latencyResult) (time.Time, error) {
+	pg0, _ := b.pgCP.sample()
+	self0 := selfCPU()
+	start, total, err := b.writeUpdates(ctx, t, n, spec, tr)
+	if err != nil {
+		return start, err
+	}
+	wall := time.Since(start)
+	pg1, _ := b.pgCP.sample()
+	res.rate, res.updates = float64(total)/wall.Seconds(), total
+	res.pgCores = (pg1 - pg0).Seconds() / wall.Seconds()
+	res.benchCores = (selfCPU() - self0).Seconds() / wall.Seconds()
+	tr.writerStats(res)
+	return start, nil
 }

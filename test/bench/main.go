@@ -274,6 +274,13 @@ func (b *bench) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		high := slices.Max(o.notifyRates)
+		step(fmt.Sprintf("the load alone: %d single-row updates/s, the statement trigger and a listener, no tidemark", high))
+		alone, err := b.loadAlone(ctx, main, high)
+		if err != nil {
+			return fmt.Errorf("the load alone: %w", err)
+		}
+		fmt.Printf("      %s\n", alone.aloneLine())
 		_, err = b.notifyRunsBatched(ctx, main, o.notifyRates, strings.Fields(o.notifyArgs), max(o.notifyBatch, 1), kind)
 		return err
 	}
@@ -396,6 +403,11 @@ func (b *bench) run(ctx context.Context) error {
 		return fmt.Errorf("latency at %d/s: %w", high, err)
 	}
 	fmt.Printf("      %s; %.1f transactions/s, %.0f records per transaction\n", b.res.latencyHigh.line(), b.res.latencyHigh.tps(), b.res.latencyHigh.perTxn())
+	step(fmt.Sprintf("the load alone: %d single-row updates/s for %s, the statement trigger and a listener, no tidemark", high, o.latency))
+	if b.res.notifyAlone, err = b.loadAlone(ctx, small, high); err != nil {
+		return fmt.Errorf("the load alone: %w", err)
+	}
+	fmt.Printf("      %s\n", b.res.notifyAlone.aloneLine())
 	step(fmt.Sprintf("incremental latency with source.notify: %v updates/s for %s each, poll_interval 1s", notifyRates, o.latency))
 	if b.res.notify, err = b.notifyRuns(ctx, small, notifyRates, nil); err != nil {
 		return fmt.Errorf("notify latency: %w", err)

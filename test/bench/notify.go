@@ -10,8 +10,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -56,6 +58,30 @@ func (b *bench) notifyRuns(ctx context.Context, table string, rates []int, extra
 // each one notification, to tell the cost of the commits from that of the
 // rows; and with the trigger of kind.
 func (b *bench) notifyRunsBatched(ctx context.Context, table string, rates []int, extra []string, batch int, kind postgres.NotifyKind) ([]latencyResult, error) {
+	remove, err := b.installNotify(ctx, table, kind)
+	if err != nil {
+		return nil, err
+	}
+	defer remove()
+	var out []latencyResult
+	for _, rate := range rates {
+		args := append([]string{"--source.notify", notifyChannel}, extra...)
+		res, err := b.latencyRunSpec(ctx, table, latencySpec{rate: rate, writers: max(1, rate/writerRate/batch), batch: batch, args: args})
+		if err != nil {
+			return out, fmt.Errorf("%d updates/s: %w", rate, err)
+		}
+		res.trigger = postgres.NotifyKinds[kind]
+		fmt.Printf("      notify (%s trigger), %d/s asked, %d writer(s), %d update(s) a commit: %s; %.1f transactions/s, %.0f records per transaction; writers' UPDATE p99 %s, %s behind schedule (p99); CPU: PostgreSQL %.2f cores, bench process %.2f\n",
+			res.trigger, rate, res.writers, batch, res.line(), res.tps(), res.perTxn(), msFine(res.wp99), ms(res.behind99), res.pgCores, res.benchCores)
+		out = append(out, res)
+	}
+	return out, nil
+}
+
+// installNotify installs the trigger of kind on table, the statements
+// `tidemark check --print-notify-sql` prints, and returns the func that
+// removes it.
+func (b *bench) installNotify(ctx context.Context, table string, kind postgres.NotifyKind) (remove func(), err error) {
 	var schema string
 	if err := b.pool.QueryRow(ctx, `SELECT n.nspname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 		WHERE c.oid = $1::regclass`, pgx.Identifier{table}.Sanitize()).Scan(&schema); err != nil {
@@ -68,24 +94,72 @@ func (b *bench) notifyRunsBatched(ctx context.Context, table string, rates []int
 	if _, err := b.pool.Exec(ctx, st.Install); err != nil {
 		return nil, fmt.Errorf("install the notify trigger: %w", err)
 	}
-	defer func() {
+	return func() {
 		if _, err := b.pool.Exec(context.WithoutCancel(ctx), st.Remove); err != nil {
 			fmt.Printf("      removing the notify trigger: %v\n", err)
 		}
-	}()
-	var out []latencyResult
-	for _, rate := range rates {
-		args := append([]string{"--source.notify", notifyChannel}, extra...)
-		res, err := b.latencyRunSpec(ctx, table, latencySpec{rate: rate, writers: max(1, rate/writerRate/batch), batch: batch, args: args})
-		if err != nil {
-			return out, fmt.Errorf("%d updates/s: %w", rate, err)
-		}
-		res.trigger = postgres.NotifyKinds[kind]
-		fmt.Printf("      notify (%s trigger), %d/s asked, %d writer(s), %d update(s) a commit: %s; %.1f transactions/s, %.0f records per transaction\n",
-			res.trigger, rate, res.writers, batch, res.line(), res.tps(), res.perTxn())
-		out = append(out, res)
+	}, nil
+}
+
+// loadAlone is the writers of the notify run at rate, single-row commits
+// with the statement-level trigger installed and a connection that LISTENs
+// and reads every notification (as tidemark's does), without tidemark: what
+// the load itself costs this machine, and how far its own commits keep
+// their schedule. A notify run's latency can only be judged at a rate the
+// load alone sustains with CPU to spare.
+func (b *bench) loadAlone(ctx context.Context, table string, rate int) (latencyResult, error) {
+	res := latencyResult{target: rate, writers: max(1, rate/writerRate), batch: 1, trigger: postgres.NotifyKinds[postgres.NotifyStatement]}
+	t := pgx.Identifier{table}.Sanitize()
+	var n int64
+	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+t).Scan(&n); err != nil {
+		return res, err
 	}
-	return out, nil
+	if _, err := b.pool.Exec(ctx, "VACUUM ANALYZE "+t); err != nil {
+		return res, fmt.Errorf("vacuum %s before the run: %w", table, err)
+	}
+	remove, err := b.installNotify(ctx, table, postgres.NotifyStatement)
+	if err != nil {
+		return res, err
+	}
+	defer remove()
+	lc, err := pgx.ConnectConfig(ctx, b.pool.Config().ConnConfig)
+	if err != nil {
+		return res, err
+	}
+	defer lc.Close(context.WithoutCancel(ctx))
+	if _, err := lc.Exec(ctx, "LISTEN "+pgx.Identifier{notifyChannel}.Sanitize()); err != nil {
+		return res, err
+	}
+	lctx, stop := context.WithCancel(ctx)
+	var notified atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			if _, err := lc.WaitForNotification(lctx); err != nil {
+				return
+			}
+			notified.Add(1)
+		}
+	}()
+	tr := &tracker{pending: map[int64][]int{}}
+	_, err = b.writeMeasured(ctx, t, n, latencySpec{rate: rate, writers: res.writers, batch: 1}, tr, &res)
+	// The notifications of the last commits are on their way.
+	for deadline := time.Now().Add(5 * time.Second); err == nil && notified.Load() < int64(res.updates) && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	<-done
+	if err == nil && notified.Load() < int64(res.updates) {
+		err = fmt.Errorf("the listener read %d notifications for %d commits", notified.Load(), res.updates)
+	}
+	return res, err
+}
+
+// aloneLine describes a loadAlone result.
+func (l latencyResult) aloneLine() string {
+	return fmt.Sprintf("%d updates/s asked, %.0f/s reached, %d writer(s); their UPDATE round trip p50 %s, p99 %s; %s behind their schedule (p99); CPU: PostgreSQL %.2f cores, the writers' client %.2f cores",
+		l.target, l.rate, l.writers, msFine(l.wp50), msFine(l.wp99), ms(l.behind99), l.pgCores, l.benchCores)
 }
 
 // pollMet: the goal without notify, p99 within the poll interval and one
@@ -100,6 +174,10 @@ func (l latencyResult) notifyMet() bool {
 
 // notifySummary writes the summary rows of the notify runs.
 func (r *results) notifySummary(b *strings.Builder) {
+	if a := r.notifyAlone; a.updates > 0 {
+		fmt.Fprintf(b, "| the notify runs' load alone: %d single-row updates/s asked, %d writers, statement trigger and a listener, no tidemark | %.0f/s reached; the writers' own UPDATE p99 %s, %s behind their schedule (p99); CPU %.2f of %d cores (PostgreSQL %.2f, the writers' client %.2f) | (the load leaves CPU to spare) | %s |\n",
+			a.target, a.writers, a.rate, msFine(a.wp99), ms(a.behind99), a.pgCores+a.benchCores, runtime.NumCPU(), a.pgCores, a.benchCores, verdict(aloneSpare(a)))
+	}
 	for _, l := range append(slices.Clone(r.notify), r.notifyDeferred...) {
 		fmt.Fprintf(b, "| incremental latency with source.notify, %s trigger, commit -> visible read_committed (%d updates/s asked, %.0f/s reached; poll 1s) | p50 %s, p99 %s, max %s; %d/%d seen; %.1f transactions/s, %.0f records per transaction | p99 <= %s | %s |\n",
 			l.trigger, l.target, l.rate, ms(l.p50), ms(l.p99), ms(l.max), l.seen, l.updates, l.tps(), l.perTxn(), ms(notifyGoal), verdict(l.notifyMet()))
@@ -108,6 +186,15 @@ func (r *results) notifySummary(b *strings.Builder) {
 		fmt.Fprintf(b, "| the same, %d updates/s asked in source commits of %d rows (%.0f/s reached; not the goal's setting, which commits each update alone: it tells the cost of the commits from that of the rows) | p50 %s, p99 %s, max %s; %d/%d seen; %.1f transactions/s, %.0f records per transaction | (p99 <= %s) | %s |\n",
 			l.target, l.batch, l.rate, ms(l.p50), ms(l.p99), ms(l.max), l.seen, l.updates, l.tps(), l.perTxn(), ms(notifyGoal), verdict(l.notifyMet()))
 	}
+}
+
+// aloneSpare reports whether the load alone kept its schedule (reached 95%
+// of the rate asked, its sends less than notifyGoal behind) with a quarter of
+// the machine's cores to spare: only then can the machine also run
+// tidemark, its broker and the consumer measuring it, and a notify run at
+// that rate judge tidemark rather than the machine.
+func aloneSpare(a latencyResult) bool {
+	return a.rate >= 0.95*float64(a.target) && a.behind99 < notifyGoal && a.pgCores+a.benchCores <= 0.75*float64(runtime.NumCPU())
 }
 
 // renderNotify writes the section of the notify runs, next to the run
@@ -127,8 +214,17 @@ func (r *results) renderNotify(b *strings.Builder) {
 	if len(r.notifyBatched) > 0 {
 		fmt.Fprintf(b, "The last row commits the updates %d rows to a source transaction (one UPDATE of distinct rows, one notification): the same rows per second in a tenth of the commits. It is not the goal's setting; it shows whether the rows or the commits are what the machine cannot keep up with (each notifying commit holds PostgreSQL's notification queue lock until it is flushed, docs/operating.md).\n\n", notifyBatch)
 	}
-	fmt.Fprintf(b, "| notify | updates/s asked | reached | writers | updates a commit | updates | visible | p50 | p99 | max | Kafka transactions/s | records per transaction | tidemark CPU s | peak RSS MiB | p99 <= %s |\n", ms(notifyGoal))
-	fmt.Fprintf(b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	if a := r.notifyAlone; a.updates > 0 {
+		fmt.Fprintf(b, "**The load alone.** Before the notify runs, the writers of the %d/s run wrote for the same time with the statement-level trigger installed and a connection that LISTENs and reads every notification, as tidemark's does, but without tidemark, its broker or a consumer: %s. "+
+			"Every column of the table below from \"writers' UPDATE p99\" on is measured the same way in each run: the writers' own round trip of an UPDATE and its commit, how far behind their schedule they sent it (a writer behind schedule sends the next at once), and the CPU of PostgreSQL (all its processes: the writers' backends and tidemark's) and of the bench process (the writers' client and the consumer that reads the topic back; the broker is a process of its own) over the time they wrote, in cores of this machine's %d.\n\n",
+			a.target, a.aloneLine(), runtime.NumCPU())
+	}
+	fmt.Fprintf(b, "| notify | updates/s asked | reached | writers | updates a commit | updates | visible | p50 | p99 | max | Kafka transactions/s | records per transaction | tidemark CPU s | peak RSS MiB | p99 <= %s | writers' UPDATE p99 | behind schedule p99 | PostgreSQL cores | bench process cores |\n", ms(notifyGoal))
+	fmt.Fprintf(b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n")
+	if a := r.notifyAlone; a.updates > 0 {
+		fmt.Fprintf(b, "| the load alone (%s trigger, a listener, no tidemark) | %d | %.0f | %d | 1 | %d | | | | | | | | | | %s | %s | %.2f | %.2f |\n",
+			a.trigger, a.target, a.rate, a.writers, a.updates, msFine(a.wp99), ms(a.behind99), a.pgCores, a.benchCores)
+	}
 	off := []latencyResult{r.latency}
 	if r.latencyHigh.updates > 0 {
 		off = append(off, r.latencyHigh)
@@ -139,8 +235,8 @@ func (r *results) renderNotify(b *strings.Builder) {
 		if i < len(off) {
 			on, goal = "off (poll 1s)", "n/a"
 		}
-		fmt.Fprintf(b, "| %s | %d | %.0f | %d | %d | %d | %d | %s | %s | %s | %.1f | %.0f | %.1f | %s | %s |\n",
-			on, l.target, l.rate, l.writers, max(l.batch, 1), l.updates, l.seen, ms(l.p50), ms(l.p99), ms(l.max), l.tps(), l.perTxn(), l.cpu.Seconds(), mib(l.rssKB), goal)
+		fmt.Fprintf(b, "| %s | %d | %.0f | %d | %d | %d | %d | %s | %s | %s | %.1f | %.0f | %.1f | %s | %s | %s | %s | %.2f | %.2f |\n",
+			on, l.target, l.rate, l.writers, max(l.batch, 1), l.updates, l.seen, ms(l.p50), ms(l.p99), ms(l.max), l.tps(), l.perTxn(), l.cpu.Seconds(), mib(l.rssKB), goal, msFine(l.wp99), ms(l.behind99), l.pgCores, l.benchCores)
 	}
 	fmt.Fprintf(b, "\n")
 }

@@ -38,9 +38,12 @@ type results struct {
 	// notifyBatched is the notify run at the highest rate with the updates
 	// committed notifyBatch to a transaction (notify.go).
 	notifyBatched []latencyResult
-	window        windowResult
-	profile       profileResult
-	elapsed       time.Duration
+	// notifyAlone is the notify runs' load at the highest rate without
+	// tidemark (loadAlone).
+	notifyAlone latencyResult
+	window      windowResult
+	profile     profileResult
+	elapsed     time.Duration
 
 	compression compressionResult // by kafka.compression (compression.go)
 	par         parResult         // by sync.load_workers (parload.go)
