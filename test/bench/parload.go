@@ -157,8 +157,12 @@ func (r *results) parRow(b *strings.Builder, pipe int, what, target string) {
 		parts = append(parts, fmt.Sprintf("%d: %.2f", w, median(r.par.ratiosVs(w, pipe))))
 	}
 	w, best := r.par.best(pipe)
-	fmt.Fprintf(b, "| %s, median of %d rounds | %s (best %d workers: **%.2f**) | %s | %s |\n",
-		what, r.par.rounds, strings.Join(parts, "; "), w, best, target, verdict(best >= parGoal))
+	workers := "workers"
+	if w == 1 {
+		workers = "worker"
+	}
+	fmt.Fprintf(b, "| %s, median of %d rounds | %s (best %d %s: **%.2f**) | %s | %s |\n",
+		what, r.par.rounds, strings.Join(parts, "; "), w, workers, best, target, verdict(best >= parGoal))
 }
 
 // renderPar writes the section.
