@@ -47,7 +47,8 @@ type latencyResult struct {
 	wp50, wp99, behind99 time.Duration
 	pgCores              float64
 	// benchCores is the bench process's CPU over that time, in cores: the
-	// writers' client side, and the consumer that reads the topic back.
+	// writers' client side, and the consumer that reads the topic back (in
+	// loadAlone, the listener).
 	benchCores float64
 }
 

@@ -158,7 +158,7 @@ func (b *bench) loadAlone(ctx context.Context, table string, rate int) (latencyR
 
 // aloneLine describes a loadAlone result.
 func (l latencyResult) aloneLine() string {
-	return fmt.Sprintf("%d updates/s asked, %.0f/s reached, %d writer(s); their UPDATE round trip p50 %s, p99 %s; %s behind their schedule (p99); CPU: PostgreSQL %.2f cores, the writers' client %.2f cores",
+	return fmt.Sprintf("%d updates/s asked, %.0f/s reached, %d writer(s); their UPDATE round trip p50 %s, p99 %s; %s behind their schedule (p99); CPU: PostgreSQL %.2f cores, the bench process (the writers' client and the listener) %.2f cores",
 		l.target, l.rate, l.writers, msFine(l.wp50), msFine(l.wp99), ms(l.behind99), l.pgCores, l.benchCores)
 }
 
@@ -175,7 +175,7 @@ func (l latencyResult) notifyMet() bool {
 // notifySummary writes the summary rows of the notify runs.
 func (r *results) notifySummary(b *strings.Builder) {
 	if a := r.notifyAlone; a.updates > 0 {
-		fmt.Fprintf(b, "| the notify runs' load alone: %d single-row updates/s asked, %d writers, statement trigger and a listener, no tidemark | %.0f/s reached; the writers' own UPDATE p99 %s, %s behind their schedule (p99); CPU %.2f of %d cores (PostgreSQL %.2f, the writers' client %.2f) | (the load leaves CPU to spare) | %s |\n",
+		fmt.Fprintf(b, "| the notify runs' load alone: %d single-row updates/s asked, %d writers, statement trigger and a listener, no tidemark | %.0f/s reached; the writers' own UPDATE p99 %s, %s behind their schedule (p99); CPU %.2f of %d cores (PostgreSQL %.2f, the bench process: the writers' client and the listener, %.2f) | (the load leaves CPU to spare) | %s |\n",
 			a.target, a.writers, a.rate, msFine(a.wp99), ms(a.behind99), a.pgCores+a.benchCores, runtime.NumCPU(), a.pgCores, a.benchCores, verdict(aloneSpare(a)))
 	}
 	for _, l := range append(slices.Clone(r.notify), r.notifyDeferred...) {
