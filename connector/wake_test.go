@@ -718,3 +718,84 @@ func (p *passStarts) count() int {
 	defer p.mu.Unlock()
 	return len(p.starts)
 }
+
+// TestGapTakesAtMostOneWakeUp: before a follow-up, one wake-up that arrives
+// during its gap is taken, and no second one; before a woken pass, none
+// (its own was taken). A wake-up left waiting is what lets the listener
+// hold further notifications unread (docs/design.md, "Follow-up passes").
+func TestGapTakesAtMostOneWakeUp(t *testing.T) {
+	r := newRig(t)
+	m := newMemTable()
+	m.set("a", t0, "v1", false)
+	src := &passStarts{memTable: m}
+	wake := make(chan struct{}, 1)
+	const gap = 3 * time.Second
+	e, _ := r.engine(src, connector.Config{PollInterval: time.Hour, Wake: wake, MinPassGap: gap})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := e.Run(ctx, connector.Continuous); done <- err }()
+	waitSeq(t, r, 1) // the first (full) pass; no wake-up started it
+	// send puts a wake-up in the channel, as the listener does.
+	send := func(what string) {
+		select {
+		case wake <- struct{}{}:
+		default:
+			t.Fatalf("%s: the wake-up channel is full", what)
+		}
+	}
+	// waiting reports the wake-ups left in the channel after a moment.
+	waiting := func() int {
+		time.Sleep(150 * time.Millisecond)
+		return len(wake)
+	}
+
+	// A wake-up starts the next pass gap after the first one began; the
+	// engine waits for that with the wake-up taken, so it takes no other.
+	src.mu.Lock()
+	first := src.starts[0]
+	src.mu.Unlock()
+	send("the first wake-up")
+	if n := waiting(); n != 0 {
+		t.Fatalf("%d wake-ups waiting after the first: the idle engine did not take it", n)
+	}
+	send("a second wake-up during the woken pass's gap")
+	if n := waiting(); n != 1 {
+		t.Errorf("%d wake-ups waiting, want 1: the gap before a woken pass took a second wake-up", n)
+	}
+	if n := src.count(); n != 1 || time.Since(first) > gap-500*time.Millisecond {
+		t.Fatalf("%d passes, %s after the first began: the checks did not run within the woken pass's gap (%s)", n, time.Since(first), gap)
+	}
+	select { // the test takes it back, so that the woken pass is the only one
+	case <-wake:
+	default:
+	}
+
+	// The woken pass is followed by one more, gap after it began. One
+	// wake-up during that gap is taken (the follow-up reads what it
+	// announced), a second is not.
+	for deadline := time.Now().Add(gap + 5*time.Second); src.count() < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the woken pass did not start")
+		}
+	}
+	src.mu.Lock()
+	woken := src.starts[1]
+	src.mu.Unlock()
+	time.Sleep(200 * time.Millisecond) // the woken pass has ended: the follow-up's gap runs
+	send("a wake-up during the follow-up's gap")
+	if n := waiting(); n != 0 {
+		t.Errorf("%d wake-ups waiting, want 0: the follow-up's gap did not take the wake-up that arrived during it", n)
+	}
+	send("a second wake-up during the follow-up's gap")
+	if n := waiting(); n != 1 {
+		t.Errorf("%d wake-ups waiting, want 1: the follow-up's gap took a second wake-up", n)
+	}
+	if n := src.count(); n != 2 || time.Since(woken) > gap-500*time.Millisecond {
+		t.Fatalf("%d passes, %s after the woken one began: the checks did not run within the follow-up's gap (%s)", n, time.Since(woken), gap)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
