@@ -720,14 +720,15 @@ func (p *passStarts) count() int {
 }
 
 // TestGapTakesAtMostOneWakeUp: before a follow-up, one wake-up that arrives
-// during its gap is taken, and no second one; before a woken pass, none
-// (its own was taken). A wake-up left waiting is what lets the listener
-// hold further notifications unread (docs/design.md, "Follow-up passes").
+// during its gap is taken, and no second one, and the follow-up is then
+// followed in turn; before a woken pass, none (its own was taken). A
+// wake-up left waiting is what lets the listener hold further
+// notifications unread (docs/design.md, "Follow-up passes").
 func TestGapTakesAtMostOneWakeUp(t *testing.T) {
 	r := newRig(t)
 	m := newMemTable()
 	m.set("a", t0, "v1", false)
-	src := &passStarts{memTable: m}
+	src := &passEnds{passStarts: &passStarts{memTable: m}}
 	wake := make(chan struct{}, 1)
 	const gap = 3 * time.Second
 	e, _ := r.engine(src, connector.Config{PollInterval: time.Hour, Wake: wake, MinPassGap: gap})
@@ -735,8 +736,8 @@ func TestGapTakesAtMostOneWakeUp(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { _, err := e.Run(ctx, connector.Continuous); done <- err }()
-	waitSeq(t, r, 1) // the first (full) pass; no wake-up started it
-	// send puts a wake-up in the channel, as the listener does.
+	// send puts a wake-up in the channel, as the listener does; takeBack
+	// takes one out again.
 	send := func(what string) {
 		select {
 		case wake <- struct{}{}:
@@ -744,17 +745,30 @@ func TestGapTakesAtMostOneWakeUp(t *testing.T) {
 			t.Fatalf("%s: the wake-up channel is full", what)
 		}
 	}
+	takeBack := func() {
+		select {
+		case <-wake:
+		default:
+		}
+	}
 	// waiting reports the wake-ups left in the channel after a moment.
 	waiting := func() int {
 		time.Sleep(150 * time.Millisecond)
 		return len(wake)
 	}
+	// within fails the test unless pass i (from 1) began less than gap
+	// ago, less a margin: the checks before it ran during the gap after it.
+	within := func(i int, what string) {
+		t.Helper()
+		if n, at := src.count(), src.start(i); n != i || time.Since(at) > gap-time.Second {
+			t.Fatalf("%d passes, %s after pass %d began: the checks did not run within %s (%s)", n, time.Since(at).Round(time.Millisecond), i, what, gap)
+		}
+	}
 
-	// A wake-up starts the next pass gap after the first one began; the
-	// engine waits for that with the wake-up taken, so it takes no other.
-	src.mu.Lock()
-	first := src.starts[0]
-	src.mu.Unlock()
+	// The first (full) pass; no wake-up started it. Once it has ended, a
+	// wake-up starts the next pass gap after it began; the engine waits for
+	// that with the wake-up taken, so it takes no other.
+	src.waitEnd(t, 1)
 	send("the first wake-up")
 	if n := waiting(); n != 0 {
 		t.Fatalf("%d wake-ups waiting after the first: the idle engine did not take it", n)
@@ -763,26 +777,13 @@ func TestGapTakesAtMostOneWakeUp(t *testing.T) {
 	if n := waiting(); n != 1 {
 		t.Errorf("%d wake-ups waiting, want 1: the gap before a woken pass took a second wake-up", n)
 	}
-	if n := src.count(); n != 1 || time.Since(first) > gap-500*time.Millisecond {
-		t.Fatalf("%d passes, %s after the first began: the checks did not run within the woken pass's gap (%s)", n, time.Since(first), gap)
-	}
-	select { // the test takes it back, so that the woken pass is the only one
-	case <-wake:
-	default:
-	}
+	within(1, "the woken pass's gap")
+	takeBack() // so that the woken pass is the only one
 
 	// The woken pass is followed by one more, gap after it began. One
 	// wake-up during that gap is taken (the follow-up reads what it
 	// announced), a second is not.
-	for deadline := time.Now().Add(gap + 5*time.Second); src.count() < 2; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the woken pass did not start")
-		}
-	}
-	src.mu.Lock()
-	woken := src.starts[1]
-	src.mu.Unlock()
-	time.Sleep(200 * time.Millisecond) // the woken pass has ended: the follow-up's gap runs
+	src.waitEnd(t, 2)
 	send("a wake-up during the follow-up's gap")
 	if n := waiting(); n != 0 {
 		t.Errorf("%d wake-ups waiting, want 0: the follow-up's gap did not take the wake-up that arrived during it", n)
@@ -791,11 +792,61 @@ func TestGapTakesAtMostOneWakeUp(t *testing.T) {
 	if n := waiting(); n != 1 {
 		t.Errorf("%d wake-ups waiting, want 1: the follow-up's gap took a second wake-up", n)
 	}
-	if n := src.count(); n != 2 || time.Since(woken) > gap-500*time.Millisecond {
-		t.Fatalf("%d passes, %s after the woken one began: the checks did not run within the follow-up's gap (%s)", n, time.Since(woken), gap)
+	within(2, "the follow-up's gap")
+	takeBack()
+
+	// The follow-up publishes nothing (no row changed), but it took a
+	// wake-up: it is followed in turn.
+	src.waitEnd(t, 3)
+	for deadline := src.start(3).Add(gap + 2*time.Second); src.count() < 4; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no pass after the follow-up that took a wake-up in its gap (%d passes)", src.count())
+		}
 	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// passEnds is a passStarts that also records when each pass read its last
+// page.
+type passEnds struct {
+	*passStarts
+	ends []time.Time
+}
+
+func (p *passEnds) Page(ctx context.Context, req connector.PageRequest) (connector.Page, error) {
+	pg, err := p.passStarts.Page(ctx, req)
+	if err == nil && (pg.End || pg.Last) {
+		p.mu.Lock()
+		p.ends = append(p.ends, time.Now())
+		p.mu.Unlock()
+	}
+	return pg, err
+}
+
+// start is when pass i (from 1) began.
+func (p *passEnds) start(i int) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.starts[i-1]
+}
+
+// waitEnd waits until pass i (from 1) has read its last page, and then a
+// moment for its commit: the engine is then between passes.
+func (p *passEnds) waitEnd(t *testing.T, i int) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		p.mu.Lock()
+		n := len(p.ends)
+		p.mu.Unlock()
+		if n >= i {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pass %d did not end within 20s", i)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
 }

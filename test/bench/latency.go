@@ -45,7 +45,9 @@ type latencyResult struct {
 	// them, and the CPU of PostgreSQL (every backend: the writers', and
 	// tidemark's) over the time they wrote, in cores.
 	wp50, wp99, behind99 time.Duration
-	pgCores              float64
+	pgCores              float64 // -1 when not measured (cores)
+	// notified is what the listener read in loadAlone.
+	notified int64
 	// benchCores is the bench process's CPU over that time, in cores: the
 	// writers' client side, and the consumer that reads the topic back (in
 	// loadAlone, the listener).
@@ -84,6 +86,14 @@ func (l latencyResult) line() string {
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
+
+// cores formats a CPU share in cores, n/a when not measured (-1).
+func cores(c float64) string {
+	if c < 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f", c)
+}
 
 // msFine is ms with a decimal below 10 ms (a round trip on loopback).
 func msFine(d time.Duration) string {
@@ -133,8 +143,9 @@ func (t *tracker) committed(seq int, slot, sent, at time.Time) {
 // round trips (p50, p99) and how far behind their schedule they sent them
 // (p99).
 func (t *tracker) writerStats(res *latencyResult) {
+	// Copied under the lock and sorted outside it: the consumer that
+	// marks records visible takes the lock too.
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	var rt, behind []time.Duration
 	for _, w := range t.writes {
 		if w.committed.IsZero() {
@@ -143,6 +154,7 @@ func (t *tracker) writerStats(res *latencyResult) {
 		rt = append(rt, w.committed.Sub(w.sent))
 		behind = append(behind, max(w.sent.Sub(w.slot), 0))
 	}
+	t.mu.Unlock()
 	if len(rt) == 0 {
 		return
 	}
@@ -355,26 +367,38 @@ func (p *proc) exited() bool {
 // attrs.seq. Writer w commits updates w, w+writers, ..., each at its slot
 // in the schedule, or at once when behind it. With spec.batch > 1 it
 // commits batches of that many distinct rows instead, batch w, w+writers,
-// ... It returns when the schedule began and the updates written.
-func (b *bench) writeUpdates(ctx context.Context, t string, n int64, spec latencySpec, tr *tracker) (start time.Time, total int, err error) {
+// ... It returns when the schedule began and the updates written, once
+// every writer has stopped (on the first error, the others stop too).
+func (b *bench) writeUpdates(ctx context.Context, t string, n int64, spec latencySpec, tr *tracker) (time.Time, int, error) {
 	upd := "UPDATE " + t + " SET updated_at = clock_timestamp(), attrs = jsonb_set(attrs, '{seq}', to_jsonb($2::bigint)) WHERE id = $1"
 	updMany := "UPDATE " + t + " SET updated_at = clock_timestamp(), attrs = jsonb_set(attrs, '{seq}', to_jsonb(s.seq)) " +
 		"FROM unnest($1::bigint[], $2::bigint[]) AS s(id, seq) WHERE " + t + ".id = s.id"
-	total = int(float64(spec.rate) * b.opts.latency.Seconds())
+	total := int(float64(spec.rate) * b.opts.latency.Seconds())
 	ids := rand.Perm(int(n))
 	every := time.Second / time.Duration(spec.rate)
 	batch := max(spec.batch, 1)
 	writers := max(spec.writers, 1)
-	werrs := make(chan error, writers)
-	start = time.Now()
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	var once sync.Once
+	var failed error
+	fail := func(err error) {
+		once.Do(func() { failed = err })
+		stop()
+	}
+	start := time.Now()
 	for w := range writers {
-		conn, err := b.pool.Acquire(ctx)
+		conn, err := b.pool.Acquire(wctx)
 		if err != nil {
-			return start, 0, err
+			fail(err)
+			break
 		}
+		wg.Add(1)
 		go func() {
+			defer wg.Done()
 			defer conn.Release()
-			for i := w * batch; i < total; i += writers * batch {
+			for i := w * batch; i < total && wctx.Err() == nil; i += writers * batch {
 				slot := start.Add(time.Duration(i) * every)
 				if d := time.Until(slot); d > 0 {
 					time.Sleep(d)
@@ -387,12 +411,12 @@ func (b *bench) writeUpdates(ctx context.Context, t string, n int64, spec latenc
 				sent := time.Now()
 				var err error
 				if batch == 1 {
-					_, err = conn.Exec(ctx, upd, bid[0], bseq[0])
+					_, err = conn.Exec(wctx, upd, bid[0], bseq[0])
 				} else {
-					_, err = conn.Exec(ctx, updMany, bid, bseq)
+					_, err = conn.Exec(wctx, updMany, bid, bseq)
 				}
 				if err != nil {
-					werrs <- fmt.Errorf("update: %w", err)
+					fail(fmt.Errorf("update: %w", err))
 					return
 				}
 				now := time.Now()
@@ -400,13 +424,14 @@ func (b *bench) writeUpdates(ctx context.Context, t string, n int64, spec latenc
 					tr.committed(int(seq), slot, sent, now)
 				}
 			}
-			werrs <- nil
 		}()
 	}
-	for range writers {
-		if err := <-werrs; err != nil {
-			return start, 0, err
-		}
+	wg.Wait()
+	if failed == nil && ctx.Err() != nil {
+		failed = ctx.Err()
+	}
+	if failed != nil {
+		return start, 0, failed
 	}
 	return start, total, nil
 }
@@ -416,16 +441,21 @@ func (b *bench) writeUpdates(ctx context.Context, t string, n int64, spec latenc
 // process over the time they wrote. It returns when the writers' schedule
 // began.
 func (b *bench) writeMeasured(ctx context.Context, t string, n int64, spec latencySpec, tr *tracker, res *latencyResult) (time.Time, error) {
-	pg0, _ := b.pgCP.sample()
+	pg0, err0 := b.pgCP.sample()
 	self0 := selfCPU()
 	start, total, err := b.writeUpdates(ctx, t, n, spec, tr)
 	if err != nil {
 		return start, err
 	}
 	wall := time.Since(start)
-	pg1, _ := b.pgCP.sample()
+	pg1, err1 := b.pgCP.sample()
 	res.rate, res.updates = float64(total)/wall.Seconds(), total
-	res.pgCores = (pg1 - pg0).Seconds() / wall.Seconds()
+	// A server whose processes this machine cannot see (DATABASE_URL
+	// elsewhere) is not measured: -1, reported as n/a.
+	res.pgCores = -1
+	if b.pgCP != nil && err0 == nil && err1 == nil {
+		res.pgCores = (pg1 - pg0).Seconds() / wall.Seconds()
+	}
 	res.benchCores = (selfCPU() - self0).Seconds() / wall.Seconds()
 	tr.writerStats(res)
 	return start, nil

@@ -275,7 +275,7 @@ func (b *bench) run(ctx context.Context) error {
 			return err
 		}
 		high := slices.Max(o.notifyRates)
-		step(fmt.Sprintf("the load alone: %d single-row updates/s, the statement trigger and a listener, no tidemark", high))
+		step(fmt.Sprintf("the load alone: %d single-row updates/s, the statement trigger and tidemark's listener, no passes", high))
 		alone, err := b.loadAlone(ctx, main, high)
 		if err != nil {
 			return fmt.Errorf("the load alone: %w", err)
@@ -403,7 +403,7 @@ func (b *bench) run(ctx context.Context) error {
 		return fmt.Errorf("latency at %d/s: %w", high, err)
 	}
 	fmt.Printf("      %s; %.1f transactions/s, %.0f records per transaction\n", b.res.latencyHigh.line(), b.res.latencyHigh.tps(), b.res.latencyHigh.perTxn())
-	step(fmt.Sprintf("the load alone: %d single-row updates/s for %s, the statement trigger and a listener, no tidemark", high, o.latency))
+	step(fmt.Sprintf("the load alone: %d single-row updates/s for %s, the statement trigger and tidemark's listener, no passes", high, o.latency))
 	if b.res.notifyAlone, err = b.loadAlone(ctx, small, high); err != nil {
 		return fmt.Errorf("the load alone: %w", err)
 	}

@@ -10,10 +10,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -71,8 +71,8 @@ func (b *bench) notifyRunsBatched(ctx context.Context, table string, rates []int
 			return out, fmt.Errorf("%d updates/s: %w", rate, err)
 		}
 		res.trigger = postgres.NotifyKinds[kind]
-		fmt.Printf("      notify (%s trigger), %d/s asked, %d writer(s), %d update(s) a commit: %s; %.1f transactions/s, %.0f records per transaction; writers' UPDATE p99 %s, %s behind schedule (p99); CPU: PostgreSQL %.2f cores, bench process %.2f\n",
-			res.trigger, rate, res.writers, batch, res.line(), res.tps(), res.perTxn(), msFine(res.wp99), ms(res.behind99), res.pgCores, res.benchCores)
+		fmt.Printf("      notify (%s trigger), %d/s asked, %d writer(s), %d update(s) a commit: %s; %.1f transactions/s, %.0f records per transaction; writers' UPDATE p99 %s, %s behind schedule (p99); CPU: PostgreSQL %s cores, bench process %.2f\n",
+			res.trigger, rate, res.writers, batch, res.line(), res.tps(), res.perTxn(), msFine(res.wp99), ms(res.behind99), cores(res.pgCores), res.benchCores)
 		out = append(out, res)
 	}
 	return out, nil
@@ -102,11 +102,14 @@ func (b *bench) installNotify(ctx context.Context, table string, kind postgres.N
 }
 
 // loadAlone is the writers of the notify run at rate, single-row commits
-// with the statement-level trigger installed and a connection that LISTENs
-// and reads every notification (as tidemark's does), without tidemark: what
-// the load itself costs this machine, and how far its own commits keep
-// their schedule. A notify run's latency can only be judged at a rate the
-// load alone sustains with CPU to spare.
+// with the statement-level trigger installed and tidemark's own listener
+// (postgres.Listen, as `tidemark run --source.notify` opens it), whose
+// wake-ups are taken one per notifyGap as passes would take them, so that
+// it holds notifications unread between them as it does in tidemark; but
+// without tidemark's passes, its broker traffic or a consumer: what the
+// load itself costs this machine, and how far its own commits keep their
+// schedule. A notify run's latency can only be judged at a rate the load
+// alone sustains with CPU to spare.
 func (b *bench) loadAlone(ctx context.Context, table string, rate int) (latencyResult, error) {
 	res := latencyResult{target: rate, writers: max(1, rate/writerRate), batch: 1, trigger: postgres.NotifyKinds[postgres.NotifyStatement]}
 	t := pgx.Identifier{table}.Sanitize()
@@ -122,44 +125,52 @@ func (b *bench) loadAlone(ctx context.Context, table string, rate int) (latencyR
 		return res, err
 	}
 	defer remove()
-	lc, err := pgx.ConnectConfig(ctx, b.pool.Config().ConnConfig)
-	if err != nil {
-		return res, err
-	}
-	defer lc.Close(context.WithoutCancel(ctx))
-	if _, err := lc.Exec(ctx, "LISTEN "+pgx.Identifier{notifyChannel}.Sanitize()); err != nil {
-		return res, err
-	}
 	lctx, stop := context.WithCancel(ctx)
-	var notified atomic.Int64
+	defer stop()
+	l, err := postgres.Listen(lctx, postgres.Config{DSN: b.url}, postgres.ListenConfig{Channel: notifyChannel, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return res, fmt.Errorf("listen: %w", err)
+	}
+	defer l.Close()
 	done := make(chan struct{})
-	go func() {
+	go func() { // the engine's side: a wake-up taken at most once per notifyGap
 		defer close(done)
 		for {
-			if _, err := lc.WaitForNotification(lctx); err != nil {
+			select {
+			case <-lctx.Done():
 				return
+			case <-l.Wake():
 			}
-			notified.Add(1)
+			select {
+			case <-lctx.Done():
+				return
+			case <-time.After(notifyGap):
+			}
 		}
 	}()
 	tr := &tracker{pending: map[int64][]int{}}
-	_, err = b.writeMeasured(ctx, t, n, latencySpec{rate: rate, writers: res.writers, batch: 1}, tr, &res)
-	// The notifications of the last commits are on their way.
-	for deadline := time.Now().Add(5 * time.Second); err == nil && notified.Load() < int64(res.updates) && time.Now().Before(deadline); {
+	if _, err := b.writeMeasured(ctx, t, n, latencySpec{rate: rate, writers: res.writers, batch: 1}, tr, &res); err != nil {
+		return res, err
+	}
+	// The notifications of the last commits are on their way; the listener
+	// reads them at most its hold (250 ms) after they arrive.
+	for deadline := time.Now().Add(5 * time.Second); l.Notifications() < int64(res.updates) && time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond)
 	}
+	res.notified = l.Notifications()
 	stop()
 	<-done
-	if err == nil && notified.Load() < int64(res.updates) {
-		err = fmt.Errorf("the listener read %d notifications for %d commits", notified.Load(), res.updates)
-	}
-	return res, err
+	return res, nil
 }
+
+// notifyGap is tidemark's default source.notify_min_gap: the least time
+// between the starts of two passes that notifications start.
+const notifyGap = 20 * time.Millisecond
 
 // aloneLine describes a loadAlone result.
 func (l latencyResult) aloneLine() string {
-	return fmt.Sprintf("%d updates/s asked, %.0f/s reached, %d writer(s); their UPDATE round trip p50 %s, p99 %s; %s behind their schedule (p99); CPU: PostgreSQL %.2f cores, the bench process (the writers' client and the listener) %.2f cores",
-		l.target, l.rate, l.writers, msFine(l.wp50), msFine(l.wp99), ms(l.behind99), l.pgCores, l.benchCores)
+	return fmt.Sprintf("%d updates/s asked, %.0f/s reached, %d writer(s); their UPDATE round trip p50 %s, p99 %s; %s behind their schedule (p99); the listener read %d notifications for %d commits; CPU: PostgreSQL %s cores, the bench process (the writers' client and the listener) %.2f cores",
+		l.target, l.rate, l.writers, msFine(l.wp50), msFine(l.wp99), ms(l.behind99), l.notified, l.updates, cores(l.pgCores), l.benchCores)
 }
 
 // pollMet: the goal without notify, p99 within the poll interval and one
@@ -175,8 +186,8 @@ func (l latencyResult) notifyMet() bool {
 // notifySummary writes the summary rows of the notify runs.
 func (r *results) notifySummary(b *strings.Builder) {
 	if a := r.notifyAlone; a.updates > 0 {
-		fmt.Fprintf(b, "| the notify runs' load alone: %d single-row updates/s asked, %d writers, statement trigger and a listener, no tidemark | %.0f/s reached; the writers' own UPDATE p99 %s, %s behind their schedule (p99); CPU %.2f of %d cores (PostgreSQL %.2f, the bench process: the writers' client and the listener, %.2f) | (the load leaves CPU to spare) | %s |\n",
-			a.target, a.writers, a.rate, msFine(a.wp99), ms(a.behind99), a.pgCores+a.benchCores, runtime.NumCPU(), a.pgCores, a.benchCores, verdict(aloneSpare(a)))
+		fmt.Fprintf(b, "| the notify runs' load alone: %d single-row updates/s asked, %d writers, statement trigger and tidemark's listener, no passes | %.0f/s reached; the writers' own UPDATE p99 %s, %s behind their schedule (p99); CPU %s of %d cores (PostgreSQL %s, the bench process: the writers' client and the listener, %.2f) | (room for tidemark: 95%% of the rate reached, sends < %s behind at p99, CPU <= 3/4 of the cores) | %s |\n",
+			a.target, a.writers, a.rate, msFine(a.wp99), ms(a.behind99), cores(a.allCores()), runtime.NumCPU(), cores(a.pgCores), a.benchCores, ms(notifyGoal), verdict(aloneSpare(a)))
 	}
 	for _, l := range append(slices.Clone(r.notify), r.notifyDeferred...) {
 		fmt.Fprintf(b, "| incremental latency with source.notify, %s trigger, commit -> visible read_committed (%d updates/s asked, %.0f/s reached; poll 1s) | p50 %s, p99 %s, max %s; %d/%d seen; %.1f transactions/s, %.0f records per transaction | p99 <= %s | %s |\n",
@@ -194,7 +205,16 @@ func (r *results) notifySummary(b *strings.Builder) {
 // tidemark, its broker and the consumer measuring it, and a notify run at
 // that rate judge tidemark rather than the machine.
 func aloneSpare(a latencyResult) bool {
-	return a.rate >= 0.95*float64(a.target) && a.behind99 < notifyGoal && a.pgCores+a.benchCores <= 0.75*float64(runtime.NumCPU())
+	return a.rate >= 0.95*float64(a.target) && a.behind99 < notifyGoal && a.pgCores >= 0 && a.allCores() <= 0.75*float64(runtime.NumCPU())
+}
+
+// allCores is the CPU of PostgreSQL and of the bench process, in cores;
+// -1 when PostgreSQL's was not measured.
+func (l latencyResult) allCores() float64 {
+	if l.pgCores < 0 {
+		return -1
+	}
+	return l.pgCores + l.benchCores
 }
 
 // renderNotify writes the section of the notify runs, next to the run
@@ -215,15 +235,15 @@ func (r *results) renderNotify(b *strings.Builder) {
 		fmt.Fprintf(b, "The last row commits the updates %d rows to a source transaction (one UPDATE of distinct rows, one notification): the same rows per second in a tenth of the commits. It is not the goal's setting; it shows whether the rows or the commits are what the machine cannot keep up with (each notifying commit holds PostgreSQL's notification queue lock until it is flushed, docs/operating.md).\n\n", notifyBatch)
 	}
 	if a := r.notifyAlone; a.updates > 0 {
-		fmt.Fprintf(b, "**The load alone.** Before the notify runs, the writers of the %d/s run wrote for the same time with the statement-level trigger installed and a connection that LISTENs and reads every notification, as tidemark's does, but without tidemark, its broker or a consumer: %s. "+
+		fmt.Fprintf(b, "**The load alone.** Before the notify runs, the writers of the %d/s run wrote for the same time with the statement-level trigger installed and tidemark's own listener (connector/postgres Listen, as `tidemark run --source.notify` opens it), its wake-ups taken at most once per %s as passes take them, so that it leaves notifications unread between them as it does in tidemark; but without tidemark's passes, its broker or a consumer: %s. "+
 			"Every column of the table below from \"writers' UPDATE p99\" on is measured the same way in each run: the writers' own round trip of an UPDATE and its commit, how far behind their schedule they sent it (a writer behind schedule sends the next at once), and the CPU of PostgreSQL (all its processes: the writers' backends and tidemark's) and of the bench process (the writers' client and the consumer that reads the topic back; the broker is a process of its own) over the time they wrote, in cores of this machine's %d.\n\n",
-			a.target, a.aloneLine(), runtime.NumCPU())
+			a.target, notifyGap, a.aloneLine(), runtime.NumCPU())
 	}
 	fmt.Fprintf(b, "| notify | updates/s asked | reached | writers | updates a commit | updates | visible | p50 | p99 | max | Kafka transactions/s | records per transaction | tidemark CPU s | peak RSS MiB | p99 <= %s | writers' UPDATE p99 | behind schedule p99 | PostgreSQL cores | bench process cores |\n", ms(notifyGoal))
 	fmt.Fprintf(b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n")
 	if a := r.notifyAlone; a.updates > 0 {
-		fmt.Fprintf(b, "| the load alone (%s trigger, a listener, no tidemark) | %d | %.0f | %d | 1 | %d | | | | | | | | | | %s | %s | %.2f | %.2f |\n",
-			a.trigger, a.target, a.rate, a.writers, a.updates, msFine(a.wp99), ms(a.behind99), a.pgCores, a.benchCores)
+		fmt.Fprintf(b, "| the load alone (%s trigger, a listener, no tidemark) | %d | %.0f | %d | 1 | %d | | | | | | | | | | %s | %s | %s | %.2f |\n",
+			a.trigger, a.target, a.rate, a.writers, a.updates, msFine(a.wp99), ms(a.behind99), cores(a.pgCores), a.benchCores)
 	}
 	off := []latencyResult{r.latency}
 	if r.latencyHigh.updates > 0 {
@@ -235,8 +255,8 @@ func (r *results) renderNotify(b *strings.Builder) {
 		if i < len(off) {
 			on, goal = "off (poll 1s)", "n/a"
 		}
-		fmt.Fprintf(b, "| %s | %d | %.0f | %d | %d | %d | %d | %s | %s | %s | %.1f | %.0f | %.1f | %s | %s | %s | %s | %.2f | %.2f |\n",
-			on, l.target, l.rate, l.writers, max(l.batch, 1), l.updates, l.seen, ms(l.p50), ms(l.p99), ms(l.max), l.tps(), l.perTxn(), l.cpu.Seconds(), mib(l.rssKB), goal, msFine(l.wp99), ms(l.behind99), l.pgCores, l.benchCores)
+		fmt.Fprintf(b, "| %s | %d | %.0f | %d | %d | %d | %d | %s | %s | %s | %.1f | %.0f | %.1f | %s | %s | %s | %s | %s | %.2f |\n",
+			on, l.target, l.rate, l.writers, max(l.batch, 1), l.updates, l.seen, ms(l.p50), ms(l.p99), ms(l.max), l.tps(), l.perTxn(), l.cpu.Seconds(), mib(l.rssKB), goal, msFine(l.wp99), ms(l.behind99), cores(l.pgCores), l.benchCores)
 	}
 	fmt.Fprintf(b, "\n")
 }
