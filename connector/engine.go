@@ -249,9 +249,8 @@ type Engine struct {
 	txOldest  int64
 	bMoved    bool // a B entry's timestamp moved since the last commit
 	// woke is set when the last idle ended on a wake-up, or for a
-	// follow-up pass; fullAt is when the
-	// last full pass ended in this process (docs/design.md, "Head
-	// passes").
+	// follow-up pass; fullAt is when the last full pass ended in this
+	// process (docs/design.md, "Head passes").
 	woke bool
 	// wokeAt is when the last wake-up was received.
 	wokeAt time.Time
@@ -877,9 +876,14 @@ func (e *Engine) idle(ctx context.Context, follow bool) (bool, error) {
 // woken takes a wake-up: the next pass starts at least MinPassGap after
 // the last one started. It reports false when ctx ended.
 func (e *Engine) woken(ctx context.Context) bool {
-	e.wokeAt, e.wakeTaken = time.Now(), true
+	e.tookWake()
 	return e.gap(ctx)
 }
+
+// tookWake notes a wake-up taken from Wake, wherever it was taken: the
+// pass that runs next, or the one that runs now, is followed by one more
+// (docs/design.md, "Follow-up passes").
+func (e *Engine) tookWake() { e.wokeAt, e.wakeTaken = time.Now(), true }
 
 // gap starts the next pass as a wake-up does, MinPassGap after the last
 // one started (a head pass: see headNext). Before a follow-up, one
@@ -907,7 +911,7 @@ func (e *Engine) gap(ctx context.Context) bool {
 		case <-t.C:
 			return true
 		case <-wake: // never ready when nil
-			e.wokeAt, e.wakeTaken = time.Now(), true
+			e.tookWake()
 			wake = nil
 		}
 	}

@@ -456,7 +456,7 @@ func (e *Engine) wakePending() bool {
 	}
 	select {
 	case <-e.cfg.Wake:
-		e.wokeAt, e.wakeTaken = time.Now(), true
+		e.tookWake()
 		return true
 	default:
 		return false

@@ -751,10 +751,17 @@ func TestGapTakesAtMostOneWakeUp(t *testing.T) {
 		default:
 		}
 	}
-	// waiting reports the wake-ups left in the channel after a moment.
-	waiting := func() int {
+	// sendLook sends a wake-up, and reports whether the wake-ups left in
+	// the channel a moment later are want; why says what it means if not.
+	sendLook := func(what string, want int, why string) bool {
+		t.Helper()
+		send(what)
 		time.Sleep(150 * time.Millisecond)
-		return len(wake)
+		if n := len(wake); n != want {
+			t.Errorf("%s: %d wake-ups waiting, want %d: %s", what, n, want, why)
+			return false
+		}
+		return true
 	}
 	// within fails the test unless pass i (from 1) began less than gap
 	// ago, less a margin: the checks before it ran during the gap after it.
@@ -769,14 +776,10 @@ func TestGapTakesAtMostOneWakeUp(t *testing.T) {
 	// wake-up starts the next pass gap after it began; the engine waits for
 	// that with the wake-up taken, so it takes no other.
 	src.waitEnd(t, 1)
-	send("the first wake-up")
-	if n := waiting(); n != 0 {
-		t.Fatalf("%d wake-ups waiting after the first: the idle engine did not take it", n)
+	if !sendLook("the first wake-up", 0, "the idle engine did not take it") {
+		t.FailNow()
 	}
-	send("a second wake-up during the woken pass's gap")
-	if n := waiting(); n != 1 {
-		t.Errorf("%d wake-ups waiting, want 1: the gap before a woken pass took a second wake-up", n)
-	}
+	sendLook("a second wake-up during the woken pass's gap", 1, "the gap before a woken pass took it")
 	within(1, "the woken pass's gap")
 	takeBack() // so that the woken pass is the only one
 
@@ -784,14 +787,8 @@ func TestGapTakesAtMostOneWakeUp(t *testing.T) {
 	// wake-up during that gap is taken (the follow-up reads what it
 	// announced), a second is not.
 	src.waitEnd(t, 2)
-	send("a wake-up during the follow-up's gap")
-	if n := waiting(); n != 0 {
-		t.Errorf("%d wake-ups waiting, want 0: the follow-up's gap did not take the wake-up that arrived during it", n)
-	}
-	send("a second wake-up during the follow-up's gap")
-	if n := waiting(); n != 1 {
-		t.Errorf("%d wake-ups waiting, want 1: the follow-up's gap took a second wake-up", n)
-	}
+	sendLook("a wake-up during the follow-up's gap", 0, "the follow-up's gap did not take the wake-up that arrived during it")
+	sendLook("a second wake-up during the follow-up's gap", 1, "the follow-up's gap took it too")
 	within(2, "the follow-up's gap")
 	takeBack()
 
