@@ -276,11 +276,9 @@ func (b *bench) run(ctx context.Context) error {
 		}
 		high := slices.Max(o.notifyRates)
 		step(fmt.Sprintf("the load alone: %d single-row updates/s, the statement trigger and tidemark's listener, no passes", high))
-		alone, err := b.loadAlone(ctx, main, high)
-		if err != nil {
+		if _, err := b.loadAlone(ctx, main, high); err != nil {
 			return fmt.Errorf("the load alone: %w", err)
 		}
-		fmt.Printf("      %s\n", alone.aloneLine())
 		_, err = b.notifyRunsBatched(ctx, main, o.notifyRates, strings.Fields(o.notifyArgs), max(o.notifyBatch, 1), kind)
 		return err
 	}
@@ -407,7 +405,6 @@ func (b *bench) run(ctx context.Context) error {
 	if b.res.notifyAlone, err = b.loadAlone(ctx, small, high); err != nil {
 		return fmt.Errorf("the load alone: %w", err)
 	}
-	fmt.Printf("      %s\n", b.res.notifyAlone.aloneLine())
 	step(fmt.Sprintf("incremental latency with source.notify: %v updates/s for %s each, poll_interval 1s", notifyRates, o.latency))
 	if b.res.notify, err = b.notifyRuns(ctx, small, notifyRates, nil); err != nil {
 		return fmt.Errorf("notify latency: %w", err)

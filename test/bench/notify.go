@@ -109,7 +109,7 @@ func (b *bench) installNotify(ctx context.Context, table string, kind postgres.N
 // without tidemark's passes, its broker traffic or a consumer: what the
 // load itself costs this machine, and how far its own commits keep their
 // schedule. A notify run's latency can only be judged at a rate the load
-// alone sustains with CPU to spare.
+// alone sustains with CPU to spare. It prints its line (aloneLine).
 func (b *bench) loadAlone(ctx context.Context, table string, rate int) (latencyResult, error) {
 	res := latencyResult{target: rate, writers: max(1, rate/writerRate), batch: 1, trigger: postgres.NotifyKinds[postgres.NotifyStatement]}
 	t := pgx.Identifier{table}.Sanitize()
@@ -160,6 +160,7 @@ func (b *bench) loadAlone(ctx context.Context, table string, rate int) (latencyR
 	res.notified = l.Notifications()
 	stop()
 	<-done
+	fmt.Printf("      %s\n", res.aloneLine())
 	return res, nil
 }
 
