@@ -164,15 +164,13 @@ func NotifySQL(schema, table, channel string, kind NotifyKind) (NotifyStatements
 	if kind == NotifyStatement {
 		b.WriteString("-- tidemark: a statement-level trigger that wakes `tidemark run` (source.notify)\n")
 		b.WriteString("-- after every INSERT, UPDATE and DELETE statement on the table.\n")
-	} else {
-		b.WriteString("-- tidemark: a trigger that wakes `tidemark run` (source.notify) when a\n")
-		b.WriteString("-- transaction that inserted, updated or deleted rows of the table commits.\n")
-	}
-	b.WriteString("-- Run it as the table's owner; tidemark never creates it itself.\n")
-	if kind == NotifyStatement {
+		b.WriteString("-- Run it as the table's owner; tidemark never creates it itself.\n")
 		b.WriteString("-- Every writing transaction notifies; PostgreSQL commits notifying transactions\n")
 		b.WriteString("-- one at a time. For thousands of commits a second, see --notify-trigger deferred.\n")
 	} else {
+		b.WriteString("-- tidemark: a trigger that wakes `tidemark run` (source.notify) when a\n")
+		b.WriteString("-- transaction that inserted, updated or deleted rows of the table commits.\n")
+		b.WriteString("-- Run it as the table's owner; tidemark never creates it itself.\n")
 		b.WriteString("-- The WHEN clause queues it once per transaction (it marks the transaction\n")
 		b.WriteString("-- in a setting), and it runs at commit. PostgreSQL commits notifying\n")
 		b.WriteString("-- transactions one at a time, each through its WAL flush, so a commit does\n")
