@@ -1,7 +1,9 @@
 package producer_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -92,5 +94,25 @@ func BenchmarkWriterTxn(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkLZ4Compress is the writer's LZ4 compressor on a batch of about
+// 1 MB of row-like JSON values, as an initial load fills them.
+func BenchmarkLZ4Compress(b *testing.B) {
+	var src []byte
+	for i := 0; len(src) < 1<<20; i++ {
+		src = fmt.Appendf(src, `{"id":%d,"updated_at":"2024-05-01T12:00:00.%06dZ","name":"row %d","amount":%d.%02d,"attrs":{"seq":%d,"tag":"t%d"}}`,
+			i, i%1000000, i, i*7919%100000, i%100, i, i%97)
+	}
+	c := producer.NewLZ4Compressor()
+	var buf bytes.Buffer
+	b.SetBytes(int64(len(src)))
+	b.ReportAllocs()
+	for b.Loop() {
+		buf.Reset()
+		if _, codec := c.Compress(&buf, src); codec != kgo.CodecLz4 {
+			b.Fatalf("codec %d", codec)
+		}
 	}
 }

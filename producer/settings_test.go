@@ -216,10 +216,15 @@ func TestCompressionRoundTrip(t *testing.T) {
 					// An LZ4 frame: magic 04 22 4d 18, FLG, BD; BD's bits 6-4
 					// are the block size: 4 = 64 KiB, as the Java client
 					// writes (a reader allocates a block for each batch).
+					// FLG as the Java client writes it too: version 01,
+					// independent blocks, and neither block nor content
+					// checksums (the batch's CRC-32C covers the frame).
 					if r := b.Records; len(r) < 6 || r[0] != 0x04 || r[1] != 0x22 || r[2] != 0x4d || r[3] != 0x18 {
 						t.Errorf("partition %d: batch at offset %d is no LZ4 frame", b.partition, b.FirstOffset)
 					} else if size := r[5] >> 4 & 7; size != 4 {
 						t.Errorf("partition %d: batch at offset %d has LZ4 blocks of size code %d, want 4 (64 KiB)", b.partition, b.FirstOffset, size)
+					} else if flg := r[4]; flg != 0x60 {
+						t.Errorf("partition %d: batch at offset %d has LZ4 frame flags %#02x, want 0x60 (version 1, independent blocks, no checksums)", b.partition, b.FirstOffset, flg)
 					}
 				}
 				raw, err := kgo.DefaultDecompressor().Decompress(b.Records, tc.want)
