@@ -109,9 +109,11 @@ func (b *bench) installNotify(ctx context.Context, table string, kind postgres.N
 // without tidemark's passes, its broker traffic or a consumer: what the
 // load itself costs this machine, and how far its own commits keep their
 // schedule. A notify run's latency can only be judged at a rate the load
-// alone sustains with CPU to spare. It prints its line (aloneLine).
-func (b *bench) loadAlone(ctx context.Context, table string, rate int) (latencyResult, error) {
-	res := latencyResult{target: rate, writers: max(1, rate/writerRate), batch: 1, trigger: postgres.NotifyKinds[postgres.NotifyStatement]}
+// alone sustains with CPU to spare. With notify false the same writers run
+// bare, with neither trigger nor listener: what the updates alone cost. It
+// prints its line (aloneLine).
+func (b *bench) loadAlone(ctx context.Context, table string, rate int, notify bool) (latencyResult, error) {
+	res := latencyResult{target: rate, writers: max(1, rate/writerRate), batch: 1, trigger: "no"}
 	t := pgx.Identifier{table}.Sanitize()
 	var n int64
 	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+t).Scan(&n); err != nil {
@@ -120,46 +122,50 @@ func (b *bench) loadAlone(ctx context.Context, table string, rate int) (latencyR
 	if _, err := b.pool.Exec(ctx, "VACUUM ANALYZE "+t); err != nil {
 		return res, fmt.Errorf("vacuum %s before the run: %w", table, err)
 	}
-	remove, err := b.installNotify(ctx, table, postgres.NotifyStatement)
-	if err != nil {
-		return res, err
-	}
-	defer remove()
-	lctx, stop := context.WithCancel(ctx)
-	defer stop()
-	l, err := postgres.Listen(lctx, postgres.Config{DSN: b.url}, postgres.ListenConfig{Channel: notifyChannel, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		return res, fmt.Errorf("listen: %w", err)
-	}
-	defer l.Close()
-	done := make(chan struct{})
-	go func() { // the engine's side: a wake-up taken at most once per notifyGap
-		defer close(done)
-		for {
-			select {
-			case <-lctx.Done():
-				return
-			case <-l.Wake():
-			}
-			select {
-			case <-lctx.Done():
-				return
-			case <-time.After(notifyGap):
-			}
+	var l *postgres.Listener
+	if notify {
+		res.trigger = postgres.NotifyKinds[postgres.NotifyStatement]
+		remove, err := b.installNotify(ctx, table, postgres.NotifyStatement)
+		if err != nil {
+			return res, err
 		}
-	}()
+		defer remove()
+		lctx, stop := context.WithCancel(ctx)
+		if l, err = postgres.Listen(lctx, postgres.Config{DSN: b.url}, postgres.ListenConfig{Channel: notifyChannel, Logger: slog.New(slog.DiscardHandler)}); err != nil {
+			stop()
+			return res, fmt.Errorf("listen: %w", err)
+		}
+		defer l.Close()
+		done := make(chan struct{})
+		go func() { // the engine's side: a wake-up taken at most once per notifyGap
+			defer close(done)
+			for {
+				select {
+				case <-lctx.Done():
+					return
+				case <-l.Wake():
+				}
+				select {
+				case <-lctx.Done():
+					return
+				case <-time.After(notifyGap):
+				}
+			}
+		}()
+		defer func() { stop(); <-done }()
+	}
 	tr := &tracker{pending: map[int64][]int{}}
 	if _, err := b.writeMeasured(ctx, t, n, latencySpec{rate: rate, writers: res.writers, batch: 1}, tr, &res); err != nil {
 		return res, err
 	}
-	// The notifications of the last commits are on their way; the listener
-	// reads them at most its hold (250 ms) after they arrive.
-	for deadline := time.Now().Add(5 * time.Second); l.Notifications() < int64(res.updates) && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
+	if l != nil {
+		// The notifications of the last commits are on their way; the
+		// listener reads them at most its hold (250 ms) after they arrive.
+		for deadline := time.Now().Add(5 * time.Second); l.Notifications() < int64(res.updates) && time.Now().Before(deadline); {
+			time.Sleep(20 * time.Millisecond)
+		}
+		res.notified = l.Notifications()
 	}
-	res.notified = l.Notifications()
-	stop()
-	<-done
 	fmt.Printf("      %s\n", res.aloneLine())
 	return res, nil
 }
@@ -170,9 +176,19 @@ const notifyGap = 20 * time.Millisecond
 
 // aloneLine describes a loadAlone result.
 func (l latencyResult) aloneLine() string {
-	return fmt.Sprintf("%d updates/s asked, %.0f/s reached, %d writer(s); their UPDATE round trip p50 %s, p99 %s; %s behind their schedule (p99); the listener read %d notifications for %d commits; CPU: PostgreSQL %s cores, the bench process (the writers' client and the listener) %.2f cores",
-		l.target, l.rate, l.writers, msFine(l.wp50), msFine(l.wp99), ms(l.behind99), l.notified, l.updates, cores(l.pgCores), l.benchCores)
+	heard, client := "", "the writers' client"
+	if l.bare() {
+		heard = "no trigger, no listener; "
+	} else {
+		heard, client = fmt.Sprintf("the listener read %d notifications for %d commits; ", l.notified, l.updates), "the writers' client and the listener"
+	}
+	return fmt.Sprintf("%d updates/s asked, %.0f/s reached, %d writer(s); their UPDATE round trip p50 %s, p99 %s; %s behind their schedule (p99); %sCPU: PostgreSQL %s cores, the bench process (%s) %.2f cores",
+		l.target, l.rate, l.writers, msFine(l.wp50), msFine(l.wp99), ms(l.behind99), heard, cores(l.pgCores), client, l.benchCores)
 }
+
+// bare reports whether loadAlone ran the writers without trigger and
+// listener.
+func (l latencyResult) bare() bool { return l.trigger == "no" }
 
 // pollMet: the goal without notify, p99 within the poll interval and one
 // pass (taken as twice the poll interval), every update seen.
@@ -189,6 +205,10 @@ func (r *results) notifySummary(b *strings.Builder) {
 	if a := r.notifyAlone; a.updates > 0 {
 		fmt.Fprintf(b, "| the notify runs' load alone: %d single-row updates/s asked, %d writers, statement trigger and tidemark's listener, no passes | %.0f/s reached; the writers' own UPDATE p99 %s, %s behind their schedule (p99); CPU %s of %d cores (PostgreSQL %s, the bench process: the writers' client and the listener, %.2f) | (room for tidemark: 95%% of the rate reached, sends < %s behind at p99, CPU <= 3/4 of the cores) | %s |\n",
 			a.target, a.writers, a.rate, msFine(a.wp99), ms(a.behind99), cores(a.allCores()), runtime.NumCPU(), cores(a.pgCores), a.benchCores, ms(notifyGoal), verdict(aloneSpare(a)))
+	}
+	if a := r.bareAlone; a.updates > 0 {
+		fmt.Fprintf(b, "| the same writers bare: no trigger, no listener, no passes | %.0f/s reached; the writers' own UPDATE p99 %s, %s behind their schedule (p99); CPU %s of %d cores (PostgreSQL %s, the writers' client %.2f) | (the same) | %s |\n",
+			a.rate, msFine(a.wp99), ms(a.behind99), cores(a.allCores()), runtime.NumCPU(), cores(a.pgCores), a.benchCores, verdict(aloneSpare(a)))
 	}
 	for _, l := range append(slices.Clone(r.notify), r.notifyDeferred...) {
 		fmt.Fprintf(b, "| incremental latency with source.notify, %s trigger, commit -> visible read_committed (%d updates/s asked, %.0f/s reached; poll 1s) | p50 %s, p99 %s, max %s; %d/%d seen; %.1f transactions/s, %.0f records per transaction | p99 <= %s | %s |\n",
@@ -240,11 +260,21 @@ func (r *results) renderNotify(b *strings.Builder) {
 			"Every column of the table below from \"writers' UPDATE p99\" on is measured the same way in each run: the writers' own round trip of an UPDATE and its commit, how far behind their schedule they sent it (a writer behind schedule sends the next at once), and the CPU of PostgreSQL (all its processes: the writers' backends and tidemark's) and of the bench process (the writers' client and the consumer that reads the topic back; the broker is a process of its own) over the time they wrote, in cores of this machine's %d.\n\n",
 			a.target, notifyGap, a.aloneLine(), runtime.NumCPU())
 	}
+	if a := r.bareAlone; a.updates > 0 {
+		fmt.Fprintf(b, "**The same writers bare.** Before that, the same writers ran for the same time with neither the trigger nor a listener: what the updates themselves cost this machine: %s.\n\n", a.aloneLine())
+	}
 	fmt.Fprintf(b, "| notify | updates/s asked | reached | writers | updates a commit | updates | visible | p50 | p99 | max | Kafka transactions/s | records per transaction | tidemark CPU s | peak RSS MiB | p99 <= %s | writers' UPDATE p99 | behind schedule p99 | PostgreSQL cores | bench process cores |\n", ms(notifyGoal))
 	fmt.Fprintf(b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n")
-	if a := r.notifyAlone; a.updates > 0 {
-		fmt.Fprintf(b, "| the load alone (%s trigger, a listener, no tidemark) | %d | %.0f | %d | 1 | %d | | | | | | | | | | %s | %s | %s | %.2f |\n",
-			a.trigger, a.target, a.rate, a.writers, a.updates, msFine(a.wp99), ms(a.behind99), cores(a.pgCores), a.benchCores)
+	for _, a := range []latencyResult{r.bareAlone, r.notifyAlone} {
+		if a.updates == 0 {
+			continue
+		}
+		what := a.trigger + " trigger, a listener"
+		if a.bare() {
+			what = "no trigger, no listener"
+		}
+		fmt.Fprintf(b, "| the load alone (%s, no tidemark) | %d | %.0f | %d | 1 | %d | | | | | | | | | | %s | %s | %s | %.2f |\n",
+			what, a.target, a.rate, a.writers, a.updates, msFine(a.wp99), ms(a.behind99), cores(a.pgCores), a.benchCores)
 	}
 	off := []latencyResult{r.latency}
 	if r.latencyHigh.updates > 0 {

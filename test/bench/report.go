@@ -41,9 +41,11 @@ type results struct {
 	// notifyAlone is the notify runs' load at the highest rate without
 	// tidemark (loadAlone).
 	notifyAlone latencyResult
-	window      windowResult
-	profile     profileResult
-	elapsed     time.Duration
+	// bareAlone is the same load with neither trigger nor listener.
+	bareAlone latencyResult
+	window    windowResult
+	profile   profileResult
+	elapsed   time.Duration
 
 	compression compressionResult // by kafka.compression (compression.go)
 	par         parResult         // by sync.load_workers (parload.go)
