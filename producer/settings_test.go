@@ -218,7 +218,8 @@ func TestCompressionRoundTrip(t *testing.T) {
 					// writes (a reader allocates a block for each batch).
 					// FLG as the Java client writes it too: version 01,
 					// independent blocks, and neither block nor content
-					// checksums (the batch's CRC-32C covers the frame).
+					// checksums (the batch's CRC-32C covers the frame; see
+					// lz4Compressor).
 					if r := b.Records; len(r) < 6 || r[0] != 0x04 || r[1] != 0x22 || r[2] != 0x4d || r[3] != 0x18 {
 						t.Errorf("partition %d: batch at offset %d is no LZ4 frame", b.partition, b.FirstOffset)
 					} else if size := r[5] >> 4 & 7; size != 4 {

@@ -34,6 +34,8 @@ type latencyResult struct {
 	// trigger is the notify trigger's kind (postgres.NotifyKinds), with
 	// source.notify.
 	trigger string
+	// bare marks a loadAlone run with neither trigger nor listener.
+	bare bool
 	// txns and records are the Kafka transactions tidemark committed and
 	// the rows it published from the first update until it stopped (the
 	// checkpoint's counters), span the time from the first update until

@@ -113,7 +113,7 @@ func (b *bench) installNotify(ctx context.Context, table string, kind postgres.N
 // bare, with neither trigger nor listener: what the updates alone cost. It
 // prints its line (aloneLine).
 func (b *bench) loadAlone(ctx context.Context, table string, rate int, notify bool) (latencyResult, error) {
-	res := latencyResult{target: rate, writers: max(1, rate/writerRate), batch: 1, trigger: "no"}
+	res := latencyResult{target: rate, writers: max(1, rate/writerRate), batch: 1, bare: !notify}
 	t := pgx.Identifier{table}.Sanitize()
 	var n int64
 	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+t).Scan(&n); err != nil {
@@ -176,19 +176,13 @@ const notifyGap = 20 * time.Millisecond
 
 // aloneLine describes a loadAlone result.
 func (l latencyResult) aloneLine() string {
-	heard, client := "", "the writers' client"
-	if l.bare() {
-		heard = "no trigger, no listener; "
-	} else {
+	heard, client := "no trigger, no listener; ", "the writers' client"
+	if !l.bare {
 		heard, client = fmt.Sprintf("the listener read %d notifications for %d commits; ", l.notified, l.updates), "the writers' client and the listener"
 	}
 	return fmt.Sprintf("%d updates/s asked, %.0f/s reached, %d writer(s); their UPDATE round trip p50 %s, p99 %s; %s behind their schedule (p99); %sCPU: PostgreSQL %s cores, the bench process (%s) %.2f cores",
 		l.target, l.rate, l.writers, msFine(l.wp50), msFine(l.wp99), ms(l.behind99), heard, cores(l.pgCores), client, l.benchCores)
 }
-
-// bare reports whether loadAlone ran the writers without trigger and
-// listener.
-func (l latencyResult) bare() bool { return l.trigger == "no" }
 
 // pollMet: the goal without notify, p99 within the poll interval and one
 // pass (taken as twice the poll interval), every update seen.
@@ -255,13 +249,13 @@ func (r *results) renderNotify(b *strings.Builder) {
 	if len(r.notifyBatched) > 0 {
 		fmt.Fprintf(b, "The last row commits the updates %d rows to a source transaction (one UPDATE of distinct rows, one notification): the same rows per second in a tenth of the commits. It is not the goal's setting; it shows whether the rows or the commits are what the machine cannot keep up with (each notifying commit holds PostgreSQL's notification queue lock until it is flushed, docs/operating.md).\n\n", notifyBatch)
 	}
+	if a := r.bareAlone; a.updates > 0 {
+		fmt.Fprintf(b, "**The writers bare.** Before the notify runs, the writers of their highest rate wrote for the same time with neither a trigger nor a listener, and without tidemark: what the updates themselves cost this machine: %s.\n\n", a.aloneLine())
+	}
 	if a := r.notifyAlone; a.updates > 0 {
-		fmt.Fprintf(b, "**The load alone.** Before the notify runs, the writers of the %d/s run wrote for the same time with the statement-level trigger installed and tidemark's own listener (connector/postgres Listen, as `tidemark run --source.notify` opens it), its wake-ups taken at most once per %s as passes take them, so that it leaves notifications unread between them as it does in tidemark; but without tidemark's passes, its broker or a consumer: %s. "+
+		fmt.Fprintf(b, "**The load alone.** Then the writers of the %d/s run wrote for the same time with the statement-level trigger installed and tidemark's own listener (connector/postgres Listen, as `tidemark run --source.notify` opens it), its wake-ups taken at most once per %s as passes take them, so that it leaves notifications unread between them as it does in tidemark; but without tidemark's passes, its broker or a consumer: %s. "+
 			"Every column of the table below from \"writers' UPDATE p99\" on is measured the same way in each run: the writers' own round trip of an UPDATE and its commit, how far behind their schedule they sent it (a writer behind schedule sends the next at once), and the CPU of PostgreSQL (all its processes: the writers' backends and tidemark's) and of the bench process (the writers' client and the consumer that reads the topic back; the broker is a process of its own) over the time they wrote, in cores of this machine's %d.\n\n",
 			a.target, notifyGap, a.aloneLine(), runtime.NumCPU())
-	}
-	if a := r.bareAlone; a.updates > 0 {
-		fmt.Fprintf(b, "**The same writers bare.** Before that, the same writers ran for the same time with neither the trigger nor a listener: what the updates themselves cost this machine: %s.\n\n", a.aloneLine())
 	}
 	fmt.Fprintf(b, "| notify | updates/s asked | reached | writers | updates a commit | updates | visible | p50 | p99 | max | Kafka transactions/s | records per transaction | tidemark CPU s | peak RSS MiB | p99 <= %s | writers' UPDATE p99 | behind schedule p99 | PostgreSQL cores | bench process cores |\n", ms(notifyGoal))
 	fmt.Fprintf(b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n")
@@ -270,7 +264,7 @@ func (r *results) renderNotify(b *strings.Builder) {
 			continue
 		}
 		what := a.trigger + " trigger, a listener"
-		if a.bare() {
+		if a.bare {
 			what = "no trigger, no listener"
 		}
 		fmt.Fprintf(b, "| the load alone (%s, no tidemark) | %d | %.0f | %d | 1 | %d | | | | | | | | | | %s | %s | %s | %.2f |\n",
