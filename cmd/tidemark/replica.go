@@ -156,7 +156,7 @@ func (a *cli) sourceColumns(ctx context.Context) ([]replicapg.Column, error) {
 	if err != nil {
 		return nil, &ConfigError{Key: "source.dsn", Msg: "the PostgreSQL driver cannot use it"} // never its text: see dsn.go
 	}
-	postgres.SetPassword(poolCfg, pc)
+	postgres.SetCredentials(poolCfg, pc)
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err == nil {
 		err = pool.Ping(ctx)

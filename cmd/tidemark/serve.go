@@ -204,7 +204,7 @@ func (o *observability) pgPool(ctx context.Context) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, errors.New("parse source.dsn (see the configuration check)")
 	}
-	postgres.SetPassword(cfg, pc)
+	postgres.SetCredentials(cfg, pc)
 	cfg.MaxConns = 1
 	cfg.ConnConfig.RuntimeParams["application_name"] = "tidemark-" + o.a.cfg.Name + "-probe"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -206,5 +207,42 @@ func passwordFromFile(path string, cc *pgconn.Config) error {
 		return err
 	}
 	cc.Password = pw
+	return nil
+}
+
+// renewTLS gives cc, about to open a new connection, the TLS settings of
+// its connection string parsed again now. pgx reads the files a DSN names
+// (sslrootcert, sslcert, sslkey) when it parses the DSN, once; parsed
+// again for every connection, as a password file is read, files renewed in
+// place (cert-manager, a Kubernetes secret) are used by the next
+// connection without a restart. Nothing is read for a DSN without TLS.
+// Files caught half way fail that connection only; the retry tries again.
+func renewTLS(cc *pgx.ConnConfig) error {
+	tlsOn := cc.TLSConfig != nil
+	for _, fb := range cc.Fallbacks {
+		tlsOn = tlsOn || fb.TLSConfig != nil
+	}
+	if !tlsOn {
+		return nil
+	}
+	fresh, err := pgconn.ParseConfig(cc.ConnString())
+	if err != nil {
+		// Only the cause: a parse error can quote the DSN, and with it
+		// a password.
+		var pe *pgconn.ParseConfigError
+		if errors.As(err, &pe) && pe.Unwrap() != nil {
+			err = pe.Unwrap()
+		} else {
+			err = errors.New("the DSN no longer parses")
+		}
+		return fmt.Errorf("read the TLS files the DSN names (sslrootcert, sslcert, sslkey) again for a new connection: %w", err)
+	}
+	if len(fresh.Fallbacks) != len(cc.Fallbacks) {
+		return fmt.Errorf("read the TLS files the DSN names again for a new connection: the DSN now gives %d hosts or TLS modes, it gave %d", len(fresh.Fallbacks)+1, len(cc.Fallbacks)+1)
+	}
+	cc.TLSConfig = fresh.TLSConfig
+	for i, fb := range cc.Fallbacks {
+		fb.TLSConfig = fresh.Fallbacks[i].TLSConfig
+	}
 	return nil
 }

@@ -529,12 +529,14 @@ func (l *Listener) hold(ctx context.Context) {
 
 // connect opens the connection and runs LISTEN on the quoted channel.
 func (l *Listener) connect(ctx context.Context) (*pgx.Conn, error) {
-	cc := l.conn
-	if l.pwFile != "" { // read for each connection (Config.PasswordFile)
-		cc = cc.Copy()
-		if err := passwordFromFile(l.pwFile, &cc.Config); err != nil {
-			return nil, err
-		}
+	// The password file and the TLS files are read for each connection
+	// (Config.PasswordFile, renewTLS).
+	cc := l.conn.Copy()
+	if err := passwordFromFile(l.pwFile, &cc.Config); err != nil {
+		return nil, err
+	}
+	if err := renewTLS(cc); err != nil {
+		return nil, err
 	}
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {

@@ -328,19 +328,21 @@ func prepare(ctx context.Context, pool *pgxpool.Pool, sh *shape) error {
 	return nil
 }
 
-// SetPassword gives pc cfg's password: Password, or PasswordFile read for
-// each new connection (the pool's first too), so that the connection the
-// pool opens after a rotation logs in with the new password. A file that
-// cannot be read fails that connection only; the engine's retry tries
-// again.
-func SetPassword(pc *pgxpool.Config, cfg Config) {
+// SetCredentials gives pc cfg's password: Password, or PasswordFile read
+// for each new connection (the pool's first too), so that the connection
+// the pool opens after a rotation logs in with the new password; and reads
+// the TLS files the DSN names for each new connection too (renewTLS). A
+// file that cannot be read fails that connection only; the engine's retry
+// tries again.
+func SetCredentials(pc *pgxpool.Config, cfg Config) {
 	if cfg.Password != "" {
 		pc.ConnConfig.Password = cfg.Password
 	}
-	if cfg.PasswordFile != "" {
-		pc.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
-			return passwordFromFile(cfg.PasswordFile, &cc.Config)
+	pc.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+		if err := passwordFromFile(cfg.PasswordFile, &cc.Config); err != nil {
+			return err
 		}
+		return renewTLS(cc)
 	}
 }
 
@@ -357,7 +359,7 @@ func connect(ctx context.Context, cfg Config, conns int32) (*pgxpool.Pool, error
 	if err != nil {
 		return nil, dsnError(cfg.DSN)
 	}
-	SetPassword(pc, cfg)
+	SetCredentials(pc, cfg)
 	dialSettings(&pc.ConnConfig.Config)
 	rp := pc.ConnConfig.RuntimeParams
 	// The value encoding (docs/design.md, "Records") depends on these: timestamps print in

@@ -65,7 +65,7 @@ func Open(ctx context.Context, cfg Config) (*Target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("target dsn: %w", err) // pgconn redacts the password
 	}
-	source.SetPassword(pc, source.Config{PasswordFile: cfg.PasswordFile})
+	source.SetCredentials(pc, source.Config{PasswordFile: cfg.PasswordFile})
 	pc.ConnConfig.RuntimeParams["timezone"] = "UTC"
 	pc.ConnConfig.RuntimeParams["datestyle"] = "ISO"
 	pool, err := pgxpool.NewWithConfig(ctx, pc)

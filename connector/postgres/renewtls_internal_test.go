@@ -1,0 +1,72 @@
+package postgres
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// renewTLS reads nothing for a DSN without TLS; for one with TLS, a CA
+// file gone mid-run fails the new connection with an error that names the
+// file and never the DSN's password.
+func TestRenewTLSErrors(t *testing.T) {
+	const pw = "Sup3r-S3cret-pw"
+	plain, err := pgx.ParseConfig("postgres://u:" + pw + "@127.0.0.1:1/d?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := renewTLS(plain); err != nil || plain.TLSConfig != nil {
+		t.Errorf("sslmode=disable: %v, TLS %v; want nothing done", err, plain.TLSConfig)
+	}
+
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "root.crt")
+	if err := os.WriteFile(ca, selfSigned(t), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cc, err := pgx.ParseConfig("postgres://u:" + pw + "@127.0.0.1:1/d?sslmode=verify-ca&sslrootcert=" + ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := cc.TLSConfig
+	if err := renewTLS(cc); err != nil {
+		t.Fatal(err)
+	}
+	if cc.TLSConfig == nil || cc.TLSConfig == old {
+		t.Errorf("TLS config %p after renewTLS, %p before: want a new one", cc.TLSConfig, old)
+	}
+	if err := os.Remove(ca); err != nil {
+		t.Fatal(err)
+	}
+	err = renewTLS(cc)
+	if err == nil || !strings.Contains(err.Error(), ca) || strings.Contains(err.Error(), pw) {
+		t.Errorf("renewTLS with the CA file gone: %v; want an error naming %s and not the password", err, ca)
+	}
+}
+
+// selfSigned is a self-signed certificate in PEM, for pgx to parse.
+func selfSigned(t *testing.T) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "tidemark test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}

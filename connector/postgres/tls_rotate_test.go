@@ -1,0 +1,183 @@
+package postgres_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/tidemark/tidemark/connector"
+	"github.com/tidemark/tidemark/connector/postgres"
+	"github.com/tidemark/tidemark/test/harness"
+)
+
+// testCA is a certificate authority made for one test.
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte
+}
+
+func newTestCA(t *testing.T, name string) testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// issue signs a certificate for cn (a server's for 127.0.0.1 when server)
+// and returns it and its key in PEM.
+func (ca testCA) issue(t *testing.T, cn string, server bool) (cert, key []byte) {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial, Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	if server {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &k.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+}
+
+// TestRenewedTLSFilesAreReadForNewConnections: the CA, client certificate
+// and key that source.dsn names (sslrootcert, sslcert, sslkey) are read
+// again for every new connection, as a password file is, so that files
+// renewed in place (cert-manager, a Kubernetes secret) need no restart. Here
+// the server moves to a new CA and the old client certificate stops being
+// accepted; the sessions are cut; the pool and the listener must log in
+// again with the new files.
+func TestRenewedTLSFilesAreReadForNewConnections(t *testing.T) {
+	p := harness.StartPostgres(t)
+	const user = "tm_cert_rotate"
+	ca1, ca2 := newTestCA(t, "tidemark test CA 1"), newTestCA(t, "tidemark test CA 2")
+	s1, s1key := ca1.issue(t, "127.0.0.1", true)
+	p.RequireClientCerts(t, user, ca1.pem, s1, s1key)
+	db := harness.NewDBOn(t, p)
+	db.Exec(t, `CREATE TABLE items (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)`)
+	db.Exec(t, `INSERT INTO items VALUES (1, now())`)
+	db.Exec(t, fmt.Sprintf(`CREATE ROLE %s LOGIN`, user))
+	db.Exec(t, fmt.Sprintf(`GRANT USAGE ON SCHEMA %q TO %s`, db.Schema, user))
+	db.Exec(t, fmt.Sprintf(`GRANT SELECT ON %q.items TO %s`, db.Schema, user))
+
+	dir := t.TempDir()
+	files := map[string]string{"root": filepath.Join(dir, "root.crt"), "cert": filepath.Join(dir, "client.crt"), "key": filepath.Join(dir, "client.key")}
+	write := func(root, cert, key []byte) {
+		t.Helper()
+		for name, b := range map[string][]byte{"root": root, "cert": cert, "key": key} {
+			// Replaced as a Kubernetes secret volume is: a new file
+			// renamed over the old.
+			if err := os.WriteFile(files[name]+".new", b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(files[name]+".new", files[name]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	c1, c1key := ca1.issue(t, user, false)
+	write(ca1.pem, c1, c1key)
+	u, err := url.Parse(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("sslmode", "verify-ca")
+	q.Set("sslrootcert", files["root"])
+	q.Set("sslcert", files["cert"])
+	q.Set("sslkey", files["key"])
+	u.RawQuery, u.User = q.Encode(), url.User(user)
+	cfg := postgres.Config{DSN: u.String(), Schema: db.Schema, Table: "items"}
+
+	ctx := context.Background()
+	src := open(t, cfg)
+	read := func() error {
+		page, err := src.Page(ctx, connector.PageRequest{Limit: 10})
+		if err == nil && len(page.Rows) != 1 {
+			err = fmt.Errorf("%d rows, want 1", len(page.Rows))
+		}
+		return err
+	}
+	if err := read(); err != nil {
+		t.Fatalf("before the rotation: %v", err)
+	}
+	l, err := postgres.Listen(ctx, cfg, postgres.ListenConfig{Channel: "tls_rotate", MaxBackoff: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+
+	// The rotation: the server trusts CA 2 only and presents a certificate
+	// of CA 2; the client's files are renewed to CA 2's; then the sessions
+	// made with the old ones are cut.
+	s2, s2key := ca2.issue(t, "127.0.0.1", true)
+	p.RequireClientCerts(t, user, ca2.pem, s2, s2key)
+	c2, c2key := ca2.issue(t, user, false)
+	write(ca2.pem, c2, c2key)
+	db.Exec(t, fmt.Sprintf(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '%s'`, user))
+
+	deadline := time.Now().Add(10 * time.Second)
+	for err := read(); err != nil; err = read() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool does not log in again after the files were renewed: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for {
+		var n int
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE usename = $1 AND query ILIKE 'LISTEN%'`, user).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the listener does not LISTEN again after the files were renewed (%d sessions)", n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
