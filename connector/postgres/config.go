@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -212,11 +213,15 @@ func passwordFromFile(path string, cc *pgconn.Config) error {
 
 // renewTLS gives cc, about to open a new connection, the TLS settings of
 // its connection string parsed again now. pgx reads the files a DSN names
-// (sslrootcert, sslcert, sslkey) when it parses the DSN, once; parsed
-// again for every connection, as a password file is read, files renewed in
-// place (cert-manager, a Kubernetes secret) are used by the next
-// connection without a restart. Nothing is read for a DSN without TLS.
-// Files caught half way fail that connection only; the retry tries again.
+// (sslrootcert, sslcert, sslkey; or PGSSLROOTCERT and the like) when it
+// parses the DSN, once; parsed again for every connection, as libpq does
+// and as a password file is read, files renewed in place (cert-manager, a
+// Kubernetes secret) are used by the next connection without a restart.
+// A DSN whose sslmode is disable is not parsed again; every other one is
+// (prefer, the default, included), since its files may be defaults. Files
+// caught half way fail that connection only; the retry tries again. Only
+// the TLS settings are taken: hosts, ports or TLS modes that differ from
+// the first parse (a service file changed) fail the connection instead.
 func renewTLS(cc *pgx.ConnConfig) error {
 	tlsOn := cc.TLSConfig != nil
 	for _, fb := range cc.Fallbacks {
@@ -235,14 +240,45 @@ func renewTLS(cc *pgx.ConnConfig) error {
 		} else {
 			err = errors.New("the DSN no longer parses")
 		}
-		return fmt.Errorf("read the TLS files the DSN names (sslrootcert, sslcert, sslkey) again for a new connection: %w", err)
+		return fmt.Errorf("read the TLS files of the DSN to %s again for a new connection%s: %w", cc.Host, tlsFiles(cc.ConnString()), err)
 	}
-	if len(fresh.Fallbacks) != len(cc.Fallbacks) {
-		return fmt.Errorf("read the TLS files the DSN names again for a new connection: the DSN now gives %d hosts or TLS modes, it gave %d", len(fresh.Fallbacks)+1, len(cc.Fallbacks)+1)
+	same := len(fresh.Fallbacks) == len(cc.Fallbacks) && sameTarget(fresh.Host, fresh.Port, fresh.TLSConfig, cc.Host, cc.Port, cc.TLSConfig)
+	for i := 0; same && i < len(cc.Fallbacks); i++ {
+		f, c := fresh.Fallbacks[i], cc.Fallbacks[i]
+		same = sameTarget(f.Host, f.Port, f.TLSConfig, c.Host, c.Port, c.TLSConfig)
+	}
+	if !same {
+		return fmt.Errorf("the DSN to %s, parsed again for a new connection, now gives other hosts, ports or TLS modes (a service file or PG environment variable changed?): restart tidemark to use them", cc.Host)
 	}
 	cc.TLSConfig = fresh.TLSConfig
 	for i, fb := range cc.Fallbacks {
 		fb.TLSConfig = fresh.Fallbacks[i].TLSConfig
 	}
 	return nil
+}
+
+// sameTarget reports whether two parses give one connection attempt the
+// same host, port and TLS mode (with TLS or without).
+func sameTarget(host string, port uint16, tc *tls.Config, host2 string, port2 uint16, tc2 *tls.Config) bool {
+	return host == host2 && port == port2 && (tc == nil) == (tc2 == nil)
+}
+
+// tlsFiles names the TLS files a DSN sets, for an error: " (sslrootcert
+// /path, sslcert /path)", or "" when it sets none (defaults or PGSSL*
+// variables). Paths are not secret.
+func tlsFiles(dsn string) string {
+	settings, err := dsnSettings(dsn)
+	if err != nil {
+		return ""
+	}
+	var named []string
+	for _, k := range []string{"sslrootcert", "sslcert", "sslkey"} {
+		if v := settings[k]; v != "" {
+			named = append(named, k+" "+v)
+		}
+	}
+	if len(named) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(named, ", ") + ")"
 }

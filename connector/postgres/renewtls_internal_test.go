@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // renewTLS reads nothing for a DSN without TLS; for one with TLS, a CA
@@ -52,6 +54,34 @@ func TestRenewTLSErrors(t *testing.T) {
 	err = renewTLS(cc)
 	if err == nil || !strings.Contains(err.Error(), ca) || strings.Contains(err.Error(), pw) {
 		t.Errorf("renewTLS with the CA file gone: %v; want an error naming %s and not the password", err, ca)
+	}
+}
+
+// Every connection attempt of a multi-host DSN with sslmode=prefer (one
+// with TLS, one without, for each host) gets its own TLS settings back;
+// a parse that gives other hosts or modes fails the connection instead.
+func TestRenewTLSFallbacks(t *testing.T) {
+	cc, err := pgx.ParseConfig("postgres://u@127.0.0.1:1,127.0.0.2:2/d?sslmode=prefer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shape := func() string {
+		var b strings.Builder
+		for i, c := range append([]*pgconn.FallbackConfig{{Host: cc.Host, Port: cc.Port, TLSConfig: cc.TLSConfig}}, cc.Fallbacks...) {
+			fmt.Fprintf(&b, "%d %s:%d tls %t; ", i, c.Host, c.Port, c.TLSConfig != nil)
+		}
+		return b.String()
+	}
+	before := shape()
+	if err := renewTLS(cc); err != nil {
+		t.Fatal(err)
+	}
+	if after := shape(); after != before || len(cc.Fallbacks) != 3 {
+		t.Errorf("attempts after renewTLS: %s; want %s (4 attempts)", after, before)
+	}
+	cc.Fallbacks[1].Host = "127.0.0.9" // as if a service file had changed
+	if err := renewTLS(cc); err == nil || !strings.Contains(err.Error(), "restart tidemark") {
+		t.Errorf("renewTLS with another host list: %v; want an error that says to restart", err)
 	}
 }
 

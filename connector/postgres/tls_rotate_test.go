@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/big"
@@ -15,8 +16,11 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/connector/postgres"
@@ -158,6 +162,10 @@ func TestRenewedTLSFilesAreReadForNewConnections(t *testing.T) {
 	p.RequireClientCerts(t, user, ca2.pem, s2, s2key)
 	c2, c2key := ca2.issue(t, user, false)
 	write(ca2.pem, c2, c2key)
+	oldPID := l.PID()
+	if oldPID == 0 {
+		t.Fatal("the listener has no session before the rotation")
+	}
 	db.Exec(t, fmt.Sprintf(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '%s'`, user))
 
 	deadline := time.Now().Add(10 * time.Second)
@@ -167,16 +175,22 @@ func TestRenewedTLSFilesAreReadForNewConnections(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// The listener's new session is another backend, logged in with the
+	// client certificate of CA 2.
 	for {
-		var n int
-		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE usename = $1 AND query ILIKE 'LISTEN%'`, user).Scan(&n); err != nil {
-			t.Fatal(err)
+		var issuer string
+		pid := l.PID()
+		if pid != 0 && pid != oldPID {
+			err := db.Pool.QueryRow(ctx, `SELECT coalesce(s.issuer_dn, '') FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) WHERE a.pid = $1 AND a.usename = $2`, int(pid), user).Scan(&issuer)
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				t.Fatal(err)
+			}
 		}
-		if n == 1 {
+		if strings.Contains(issuer, "CA 2") {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the listener does not LISTEN again after the files were renewed (%d sessions)", n)
+			t.Fatalf("the listener does not log in again after the files were renewed (session %d, before %d; client certificate issuer %q)", pid, oldPID, issuer)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

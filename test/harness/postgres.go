@@ -1,7 +1,10 @@
 package harness
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"encoding/pem"
 	"fmt"
 	"net"
 	"os"
@@ -259,8 +262,9 @@ func (p *Postgres) RequirePasswords(t testing.TB) {
 // certificate signed by ca (PEM) whose common name is user (hostssl, cert);
 // the superuser (postgres, as in URL) still logs in as before. Called
 // again, it replaces the files and reloads: the new certificate and CA
-// hold for new connections. Local throwaway clusters only: the containers
-// backend skips the test.
+// hold for new connections, as soon as it returns. It replaces pg_hba.conf
+// whole, so it does not combine with RequirePasswords. Local throwaway
+// clusters only: the containers backend skips the test.
 func (p *Postgres) RequireClientCerts(t testing.TB, user string, ca, cert, key []byte) {
 	t.Helper()
 	p.needLocal(t)
@@ -277,16 +281,23 @@ func (p *Postgres) RequireClientCerts(t testing.TB, user string, ca, cert, key [
 		}
 	}
 	conf := "\nssl = on\nssl_ca_file = 'tm_ca.crt'\nssl_cert_file = 'tm_server.crt'\nssl_key_file = 'tm_server.key'\n"
-	f, err := os.OpenFile(filepath.Join(data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	confPath := filepath.Join(data, "postgresql.conf")
+	had, err := os.ReadFile(confPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = f.WriteString(conf)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		t.Fatal(err)
+	if !strings.Contains(string(had), conf) { // once: the file names stay
+		f, err := os.OpenFile(confPath, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = f.WriteString(conf)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	hba := fmt.Sprintf("local all all trust\nhost all postgres 127.0.0.1/32 trust\nhostssl all %s 127.0.0.1/32 cert\n", user)
 	if err := os.WriteFile(filepath.Join(data, "pg_hba.conf"), []byte(hba), 0o600); err != nil {
@@ -295,6 +306,44 @@ func (p *Postgres) RequireClientCerts(t testing.TB, user string, ca, cert, key [
 	if out, err := p.cmd("pg_ctl", "-D", data, "reload").CombinedOutput(); err != nil {
 		t.Fatalf("pg_ctl reload: %v: %s", err, out)
 	}
+	// pg_ctl reload only signals the server: wait until a new connection
+	// is served the new certificate.
+	block, _ := pem.Decode(cert)
+	if block == nil {
+		t.Fatal("RequireClientCerts: the server certificate is not PEM")
+	}
+	url := strings.Replace(p.URL, "sslmode=disable", "sslmode=require", 1)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		served, err := servedCert(url)
+		if err == nil && bytes.Equal(served, block.Bytes) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("RequireClientCerts: the server does not serve the new certificate after its reload (%v)", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// servedCert is the certificate the server at url presents (DER).
+func servedCert(url string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(ctx)
+	tc, ok := conn.PgConn().Conn().(*tls.Conn)
+	if !ok {
+		return nil, fmt.Errorf("the connection is not TLS")
+	}
+	peers := tc.ConnectionState().PeerCertificates
+	if len(peers) == 0 {
+		return nil, fmt.Errorf("the server presented no certificate")
+	}
+	return peers[0].Raw, nil
 }
 
 func (p *Postgres) needLocal(t testing.TB) {
