@@ -154,3 +154,77 @@ func TestSecurityTLSClientCertificateRotation(t *testing.T) {
 		t.Fatalf("a key that does not match the certificate: %v; want an error naming kafka.tls.cert_file", err)
 	}
 }
+
+// TestSecurityTLSCAFileRotation: the brokers move to certificates of a new
+// CA, and kafka.tls.ca_file is renewed in place: the connections tidemark
+// opens next trust the new CA, read from the file at each dial, without a
+// restart. A CA file caught half way fails that dial only, and says which
+// file.
+func TestSecurityTLSCAFileRotation(t *testing.T) {
+	ca1, ca2 := newTestCA(t), newTestCA(t)
+	var serving atomic.Pointer[tls.Certificate] // the broker's certificate
+	cert1, key1 := ca1.issue(t, "broker", 20)
+	pair1, err := tls.X509KeyPair(cert1, key1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serving.Store(&pair1)
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.TLS(&tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			return serving.Load(), nil
+		},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+
+	dir := t.TempDir()
+	caFile := filepath.Join(dir, "ca.pem")
+	writeCA := func(b []byte) {
+		t.Helper()
+		if err := os.WriteFile(caFile+".new", b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(caFile+".new", caFile); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeCA(ca1.pem)
+	path := filepath.Join(dir, "tls.yaml")
+	text := fmt.Sprintf("name: tls-ca\nsource:\n  dsn: postgres://u@127.0.0.1:1/d\n  table: items\nkafka:\n  brokers: [%s]\n  topic: t\n  tls:\n    enabled: true\n    ca_file: %s\n",
+		c.ListenAddrs()[0], caFile)
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := loadedCLI(t, path).securityOpts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	connect := func() error { return kafkaPing(ctx, opts, c.ListenAddrs()) }
+	if err := connect(); err != nil {
+		t.Fatalf("connect with the first CA: %v", err)
+	}
+	cert2, key2 := ca2.issue(t, "broker", 21)
+	pair2, err := tls.X509KeyPair(cert2, key2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serving.Store(&pair2)
+	if err := connect(); err == nil {
+		t.Fatal("connected to a broker whose certificate no CA in kafka.tls.ca_file signed")
+	}
+	writeCA(ca2.pem)
+	if err := connect(); err != nil {
+		t.Fatalf("connect after the CA file was renewed, with the same options: %v (the CA file was read once, at start)", err)
+	}
+	writeCA([]byte("not PEM"))
+	if err := connect(); err == nil {
+		t.Fatal("connected with a CA file that holds no certificate")
+	} else if !strings.Contains(err.Error(), "kafka.tls.ca_file") {
+		t.Fatalf("a CA file that holds no certificate: %v; want an error naming kafka.tls.ca_file", err)
+	}
+}

@@ -132,7 +132,7 @@ func (a *cli) securityOpts() ([]kgo.Opt, error) {
 		if err != nil {
 			return nil, err
 		}
-		opts = append(opts, kgo.DialTLSConfig(tc))
+		opts = append(opts, kgo.Dialer(tlsDialer(tc, t.CAFile)))
 	}
 	if s.Mechanism != "" {
 		pw, err := a.cfg.saslPassword(a.env)
@@ -186,14 +186,11 @@ func (a *cli) securityOpts() ([]kgo.Opt, error) {
 func (t KafkaTLSConfig) config(c *Config) (*tls.Config, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
 	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
+		// Read here to fail at start with exit 2, and again for each
+		// connection (tlsDialer).
+		pool, err := readCAFile(t.CAFile)
 		if err != nil {
-			return nil, &ConfigError{Key: "kafka.tls.ca_file", Origin: c.origin["kafka.tls.ca_file"], Msg: "read CA file", Err: err}
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, &ConfigError{Key: "kafka.tls.ca_file", Origin: c.origin["kafka.tls.ca_file"],
-				Msg: fmt.Sprintf("%s holds no PEM certificate; give the CA certificate(s) in PEM form", t.CAFile)}
+			return nil, &ConfigError{Key: "kafka.tls.ca_file", Origin: c.origin["kafka.tls.ca_file"], Msg: err.Error()}
 		}
 		tc.RootCAs = pool
 	}
@@ -217,6 +214,48 @@ func (t KafkaTLSConfig) config(c *Config) (*tls.Config, error) {
 		}
 	}
 	return tc, nil
+}
+
+// readCAFile reads the CA certificates of kafka.tls.ca_file.
+func readCAFile(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s holds no PEM certificate; give the CA certificate(s) in PEM form", path)
+	}
+	return pool, nil
+}
+
+// tlsDialer dials the brokers with TLS as kgo.DialTLSConfig does (a clone
+// of tc for each connection, ServerName from the broker's host unless
+// set, a 10 s dial timeout), and with the CA file, when there is one, read
+// again for each connection: a CA renewed in place (the brokers moving to
+// certificates of a new CA) is trusted by the next connection without a
+// restart, as renewed client certificates are (GetClientCertificate). A
+// file caught half way fails that dial alone; the client dials again.
+func tlsDialer(tc *tls.Config, caFile string) func(ctx context.Context, network, host string) (net.Conn, error) {
+	d := &net.Dialer{Timeout: 10 * time.Second}
+	return func(ctx context.Context, network, host string) (net.Conn, error) {
+		c := tc.Clone()
+		if caFile != "" {
+			pool, err := readCAFile(caFile)
+			if err != nil {
+				return nil, fmt.Errorf("kafka.tls.ca_file: %w", err)
+			}
+			c.RootCAs = pool
+		}
+		if c.ServerName == "" {
+			server, _, err := net.SplitHostPort(host)
+			if err != nil {
+				return nil, fmt.Errorf("split the broker address %q into host and port: %w", host, err)
+			}
+			c.ServerName = server
+		}
+		return (&tls.Dialer{NetDialer: d, Config: c}).DialContext(ctx, network, host)
+	}
 }
 
 // describeKafkaSecurity is one line for check and status: how tidemark
