@@ -190,7 +190,7 @@ func (t KafkaTLSConfig) config(c *Config) (*tls.Config, error) {
 		// connection (tlsDialer).
 		pool, err := readCAFile(t.CAFile)
 		if err != nil {
-			return nil, &ConfigError{Key: "kafka.tls.ca_file", Origin: c.origin["kafka.tls.ca_file"], Msg: err.Error()}
+			return nil, &ConfigError{Key: "kafka.tls.ca_file", Origin: c.origin["kafka.tls.ca_file"], Err: err}
 		}
 		tc.RootCAs = pool
 	}
@@ -231,11 +231,13 @@ func readCAFile(path string) (*x509.CertPool, error) {
 
 // tlsDialer dials the brokers with TLS as kgo.DialTLSConfig does (a clone
 // of tc for each connection, ServerName from the broker's host unless
-// set, a 10 s dial timeout), and with the CA file, when there is one, read
-// again for each connection: a CA renewed in place (the brokers moving to
-// certificates of a new CA) is trusted by the next connection without a
-// restart, as renewed client certificates are (GetClientCertificate). A
-// file caught half way fails that dial alone; the client dials again.
+// set, franz-go's default 10 s dial timeout: kgo.DialTimeout, which
+// tidemark does not set, would not reach a custom dialer), and with the CA
+// file, when there is one, read again for each connection: a CA renewed in
+// place (the brokers moving to certificates of a new CA) is trusted by the
+// next connection without a restart, as renewed client certificates are
+// (GetClientCertificate). A file caught half way fails that dial alone;
+// the client dials again.
 func tlsDialer(tc *tls.Config, caFile string) func(ctx context.Context, network, host string) (net.Conn, error) {
 	d := &net.Dialer{Timeout: 10 * time.Second}
 	return func(ctx context.Context, network, host string) (net.Conn, error) {

@@ -220,8 +220,9 @@ func passwordFromFile(path string, cc *pgconn.Config) error {
 // A DSN whose sslmode is disable is not parsed again; every other one is
 // (prefer, the default, included), since its files may be defaults. Files
 // caught half way fail that connection only; the retry tries again. Only
-// the TLS settings are taken: hosts, ports or TLS modes that differ from
-// the first parse (a service file changed) fail the connection instead.
+// the TLS settings are taken: hosts, ports or TLS verification that differ
+// from the first parse (a service file changed) fail the connection
+// instead.
 func renewTLS(cc *pgx.ConnConfig) error {
 	tlsOn := cc.TLSConfig != nil
 	for _, fb := range cc.Fallbacks {
@@ -248,7 +249,7 @@ func renewTLS(cc *pgx.ConnConfig) error {
 		same = sameTarget(f.Host, f.Port, f.TLSConfig, c.Host, c.Port, c.TLSConfig)
 	}
 	if !same {
-		return fmt.Errorf("the DSN to %s, parsed again for a new connection, now gives other hosts, ports or TLS modes (a service file or PG environment variable changed?): restart tidemark to use them", cc.Host)
+		return fmt.Errorf("the DSN to %s, parsed again for a new connection, now gives other hosts, ports or TLS verification (a service file changed, or a default root certificate is gone?): restart tidemark to use them", cc.Host)
 	}
 	cc.TLSConfig = fresh.TLSConfig
 	for i, fb := range cc.Fallbacks {
@@ -258,9 +259,15 @@ func renewTLS(cc *pgx.ConnConfig) error {
 }
 
 // sameTarget reports whether two parses give one connection attempt the
-// same host, port and TLS mode (with TLS or without).
+// same host, port and TLS mode: with TLS or without, and with it, the same
+// verification (pgx: require skips it, verify-ca checks the chain in
+// VerifyPeerCertificate, verify-full lets crypto/tls check chain and name).
 func sameTarget(host string, port uint16, tc *tls.Config, host2 string, port2 uint16, tc2 *tls.Config) bool {
-	return host == host2 && port == port2 && (tc == nil) == (tc2 == nil)
+	if host != host2 || port != port2 || (tc == nil) != (tc2 == nil) {
+		return false
+	}
+	return tc == nil || tc.InsecureSkipVerify == tc2.InsecureSkipVerify &&
+		(tc.VerifyPeerCertificate == nil) == (tc2.VerifyPeerCertificate == nil) && tc.ServerName == tc2.ServerName
 }
 
 // tlsFiles names the TLS files a DSN sets, for an error: " (sslrootcert

@@ -79,7 +79,14 @@ func TestRenewTLSFallbacks(t *testing.T) {
 	if after := shape(); after != before || len(cc.Fallbacks) != 3 {
 		t.Errorf("attempts after renewTLS: %s; want %s (4 attempts)", after, before)
 	}
-	cc.Fallbacks[1].Host = "127.0.0.9" // as if a service file had changed
+	// prefer skips verification; as if a service file now said
+	// verify-full for the first host, or gave another host list:
+	cc.TLSConfig.InsecureSkipVerify = false
+	if err := renewTLS(cc); err == nil || !strings.Contains(err.Error(), "restart tidemark") {
+		t.Errorf("renewTLS with another TLS verification: %v; want an error that says to restart", err)
+	}
+	cc.TLSConfig.InsecureSkipVerify = true
+	cc.Fallbacks[1].Host = "127.0.0.9"
 	if err := renewTLS(cc); err == nil || !strings.Contains(err.Error(), "restart tidemark") {
 		t.Errorf("renewTLS with another host list: %v; want an error that says to restart", err)
 	}

@@ -1,10 +1,7 @@
 package harness
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
-	"encoding/pem"
 	"fmt"
 	"net"
 	"os"
@@ -303,47 +300,41 @@ func (p *Postgres) RequireClientCerts(t testing.TB, user string, ca, cert, key [
 	if err := os.WriteFile(filepath.Join(data, "pg_hba.conf"), []byte(hba), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	before, err := confLoadTime(p.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if out, err := p.cmd("pg_ctl", "-D", data, "reload").CombinedOutput(); err != nil {
 		t.Fatalf("pg_ctl reload: %v: %s", err, out)
 	}
-	// pg_ctl reload only signals the server: wait until a new connection
-	// is served the new certificate.
-	block, _ := pem.Decode(cert)
-	if block == nil {
-		t.Fatal("RequireClientCerts: the server certificate is not PEM")
-	}
-	url := strings.Replace(p.URL, "sslmode=disable", "sslmode=require", 1)
+	// pg_ctl reload only signals the server: wait until a new session
+	// reports a later load of the configuration (the postmaster reloads
+	// all of it, files and pg_hba.conf, before it starts new sessions).
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		served, err := servedCert(url)
-		if err == nil && bytes.Equal(served, block.Bytes) {
+		after, err := confLoadTime(p.URL)
+		if err == nil && after.After(before) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("RequireClientCerts: the server does not serve the new certificate after its reload (%v)", err)
+			t.Fatalf("RequireClientCerts: the server has not reloaded its configuration (%v)", err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 }
 
-// servedCert is the certificate the server at url presents (DER).
-func servedCert(url string) ([]byte, error) {
+// confLoadTime is pg_conf_load_time() in a new session to url.
+func confLoadTime(url string) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
-		return nil, err
+		return time.Time{}, err
 	}
 	defer conn.Close(ctx)
-	tc, ok := conn.PgConn().Conn().(*tls.Conn)
-	if !ok {
-		return nil, fmt.Errorf("the connection is not TLS")
-	}
-	peers := tc.ConnectionState().PeerCertificates
-	if len(peers) == 0 {
-		return nil, fmt.Errorf("the server presented no certificate")
-	}
-	return peers[0].Raw, nil
+	var at time.Time
+	err = conn.QueryRow(ctx, "SELECT pg_conf_load_time()").Scan(&at)
+	return at, err
 }
 
 func (p *Postgres) needLocal(t testing.TB) {
