@@ -2,16 +2,9 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,61 +13,37 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark/tidemark/test/tlsca"
 )
 
-// testCA is a throwaway certificate authority for TLS tests.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
+// renewFile writes b to dir/name as a renewal does (a new file renamed
+// over the old: cert-manager, a Kubernetes secret volume) and returns its
+// path.
+func renewFile(t *testing.T, dir, name string, b []byte) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p+".new", b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(p+".new", p); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
-func newTestCA(t *testing.T) *testCA {
+// tlsOpts is the Kafka client options of a configuration whose kafka
+// section is kafka.brokers broker and the kafka.tls lines given.
+func tlsOpts(t *testing.T, dir, broker, tlsLines string) []kgo.Opt {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	text := fmt.Sprintf("name: tls-sync\nsource:\n  dsn: postgres://u@127.0.0.1:1/d\n  table: items\nkafka:\n  brokers: [%s]\n  topic: t\n  tls:\n    enabled: true\n%s", broker, tlsLines)
+	path := renewFile(t, dir, "tls.yaml", []byte(text))
+	opts, err := loadedCLI(t, path).securityOpts()
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "tidemark test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue returns a PEM certificate and key signed by the CA, for a server
-// on 127.0.0.1 or a client named cn.
-func (ca *testCA) issue(t *testing.T, cn string, serial int64) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+	return opts
 }
 
 // TestSecurityTLSClientCertificateRotation: kafka.tls with a CA file and a
@@ -84,14 +53,14 @@ func (ca *testCA) issue(t *testing.T, cn string, serial int64) (certPEM, keyPEM 
 // certificate: the connections tidemark opens next present the new one,
 // read from the files at each handshake, without a restart.
 func TestSecurityTLSClientCertificateRotation(t *testing.T) {
-	ca := newTestCA(t)
-	srvCert, srvKey := ca.issue(t, "broker", 10)
+	ca := tlsca.New(t, "tidemark test CA")
+	srvCert, srvKey := ca.Issue(t, "broker")
 	pair, err := tls.X509KeyPair(srvCert, srvKey)
 	if err != nil {
 		t.Fatal(err)
 	}
 	roots := x509.NewCertPool()
-	roots.AddCert(ca.cert)
+	roots.AddCert(ca.Cert)
 	var allowed atomic.Value // the client CN the broker accepts
 	allowed.Store("tidemark-1")
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.TLS(&tls.Config{
@@ -109,45 +78,25 @@ func TestSecurityTLSClientCertificateRotation(t *testing.T) {
 	t.Cleanup(c.Close)
 
 	dir := t.TempDir()
-	write := func(name string, b []byte) string {
-		t.Helper()
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p+".new", b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(p+".new", p); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	c1, k1 := ca.issue(t, "tidemark-1", 11)
-	caFile, certFile, keyFile := write("ca.pem", ca.pem), write("tls.crt", c1), write("tls.key", k1)
-	path := filepath.Join(dir, "tls.yaml")
-	text := fmt.Sprintf("name: tls-sync\nsource:\n  dsn: postgres://u@127.0.0.1:1/d\n  table: items\nkafka:\n  brokers: [%s]\n  topic: t\n  tls:\n    enabled: true\n    ca_file: %s\n    cert_file: %s\n    key_file: %s\n",
-		c.ListenAddrs()[0], caFile, certFile, keyFile)
-	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	opts, err := loadedCLI(t, path).securityOpts()
-	if err != nil {
-		t.Fatal(err)
-	}
+	c1, k1 := ca.Issue(t, "tidemark-1")
+	caFile, certFile, keyFile := renewFile(t, dir, "ca.pem", ca.PEM), renewFile(t, dir, "tls.crt", c1), renewFile(t, dir, "tls.key", k1)
+	opts := tlsOpts(t, dir, c.ListenAddrs()[0], fmt.Sprintf("    ca_file: %s\n    cert_file: %s\n    key_file: %s\n", caFile, certFile, keyFile))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	connect := func() error { return kafkaPing(ctx, opts, c.ListenAddrs()) }
 	if err := connect(); err != nil {
 		t.Fatalf("connect with the first certificate: %v", err)
 	}
-	c2, k2 := ca.issue(t, "tidemark-2", 12)
-	write("tls.crt", c2)
-	write("tls.key", k2)
+	c2, k2 := ca.Issue(t, "tidemark-2")
+	renewFile(t, dir, "tls.crt", c2)
+	renewFile(t, dir, "tls.key", k2)
 	allowed.Store("tidemark-2")
 	if err := connect(); err != nil {
 		t.Fatalf("connect after the certificate files were rotated, with the same options: %v (the certificate was read once, at start)", err)
 	}
 	// A key that does not match the certificate (the files caught half
 	// way) fails that handshake only, and says which files.
-	write("tls.key", k1)
+	renewFile(t, dir, "tls.key", k1)
 	if err := connect(); err == nil {
 		t.Fatal("connected with a key that does not match the certificate")
 	} else if !strings.Contains(err.Error(), "kafka.tls.cert_file") {
@@ -161,9 +110,9 @@ func TestSecurityTLSClientCertificateRotation(t *testing.T) {
 // restart. A CA file caught half way fails that dial only, and says which
 // file.
 func TestSecurityTLSCAFileRotation(t *testing.T) {
-	ca1, ca2 := newTestCA(t), newTestCA(t)
+	ca1, ca2 := tlsca.New(t, "tidemark test CA 1"), tlsca.New(t, "tidemark test CA 2")
 	var serving atomic.Pointer[tls.Certificate] // the broker's certificate
-	cert1, key1 := ca1.issue(t, "broker", 20)
+	cert1, key1 := ca1.Issue(t, "broker")
 	pair1, err := tls.X509KeyPair(cert1, key1)
 	if err != nil {
 		t.Fatal(err)
@@ -181,34 +130,15 @@ func TestSecurityTLSCAFileRotation(t *testing.T) {
 	t.Cleanup(c.Close)
 
 	dir := t.TempDir()
-	caFile := filepath.Join(dir, "ca.pem")
-	writeCA := func(b []byte) {
-		t.Helper()
-		if err := os.WriteFile(caFile+".new", b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(caFile+".new", caFile); err != nil {
-			t.Fatal(err)
-		}
-	}
-	writeCA(ca1.pem)
-	path := filepath.Join(dir, "tls.yaml")
-	text := fmt.Sprintf("name: tls-ca\nsource:\n  dsn: postgres://u@127.0.0.1:1/d\n  table: items\nkafka:\n  brokers: [%s]\n  topic: t\n  tls:\n    enabled: true\n    ca_file: %s\n",
-		c.ListenAddrs()[0], caFile)
-	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	opts, err := loadedCLI(t, path).securityOpts()
-	if err != nil {
-		t.Fatal(err)
-	}
+	caFile := renewFile(t, dir, "ca.pem", ca1.PEM)
+	opts := tlsOpts(t, dir, c.ListenAddrs()[0], fmt.Sprintf("    ca_file: %s\n", caFile))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	connect := func() error { return kafkaPing(ctx, opts, c.ListenAddrs()) }
 	if err := connect(); err != nil {
 		t.Fatalf("connect with the first CA: %v", err)
 	}
-	cert2, key2 := ca2.issue(t, "broker", 21)
+	cert2, key2 := ca2.Issue(t, "broker")
 	pair2, err := tls.X509KeyPair(cert2, key2)
 	if err != nil {
 		t.Fatal(err)
@@ -217,11 +147,11 @@ func TestSecurityTLSCAFileRotation(t *testing.T) {
 	if err := connect(); err == nil {
 		t.Fatal("connected to a broker whose certificate no CA in kafka.tls.ca_file signed")
 	}
-	writeCA(ca2.pem)
+	renewFile(t, dir, "ca.pem", ca2.PEM)
 	if err := connect(); err != nil {
 		t.Fatalf("connect after the CA file was renewed, with the same options: %v (the CA file was read once, at start)", err)
 	}
-	writeCA([]byte("not PEM"))
+	renewFile(t, dir, "ca.pem", []byte("not PEM"))
 	if err := connect(); err == nil {
 		t.Fatal("connected with a CA file that holds no certificate")
 	} else if !strings.Contains(err.Error(), "kafka.tls.ca_file") {

@@ -1,22 +1,16 @@
 package postgres
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tidemark/tidemark/test/tlsca"
 )
 
 // renewTLS reads nothing for a DSN without TLS; for one with TLS, a CA
@@ -34,7 +28,7 @@ func TestRenewTLSErrors(t *testing.T) {
 
 	dir := t.TempDir()
 	ca := filepath.Join(dir, "root.crt")
-	if err := os.WriteFile(ca, selfSigned(t), 0o600); err != nil {
+	if err := os.WriteFile(ca, tlsca.New(t, "tidemark test CA").PEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cc, err := pgx.ParseConfig("postgres://u:" + pw + "@127.0.0.1:1/d?sslmode=verify-ca&sslrootcert=" + ca)
@@ -90,20 +84,4 @@ func TestRenewTLSFallbacks(t *testing.T) {
 	if err := renewTLS(cc); err == nil || !strings.Contains(err.Error(), "restart tidemark") {
 		t.Errorf("renewTLS with another host list: %v; want an error that says to restart", err)
 	}
-}
-
-// selfSigned is a self-signed certificate in PEM, for pgx to parse.
-func selfSigned(t *testing.T) []byte {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "tidemark test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }

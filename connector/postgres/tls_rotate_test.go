@@ -2,17 +2,9 @@ package postgres_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/big"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -25,68 +17,8 @@ import (
 	"github.com/tidemark/tidemark/connector"
 	"github.com/tidemark/tidemark/connector/postgres"
 	"github.com/tidemark/tidemark/test/harness"
+	"github.com/tidemark/tidemark/test/tlsca"
 )
-
-// testCA is a certificate authority made for one test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newTestCA(t *testing.T, name string) testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue signs a certificate for cn (a server's for 127.0.0.1 when server)
-// and returns it and its key in PEM.
-func (ca testCA) issue(t *testing.T, cn string, server bool) (cert, key []byte) {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial, Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &k.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
-}
 
 // TestRenewedTLSFilesAreReadForNewConnections: the CA, client certificate
 // and key that source.dsn names (sslrootcert, sslcert, sslkey) are read
@@ -98,9 +30,9 @@ func (ca testCA) issue(t *testing.T, cn string, server bool) (cert, key []byte) 
 func TestRenewedTLSFilesAreReadForNewConnections(t *testing.T) {
 	p := harness.StartPostgres(t)
 	const user = "tm_cert_rotate"
-	ca1, ca2 := newTestCA(t, "tidemark test CA 1"), newTestCA(t, "tidemark test CA 2")
-	s1, s1key := ca1.issue(t, "127.0.0.1", true)
-	p.RequireClientCerts(t, user, ca1.pem, s1, s1key)
+	ca1, ca2 := tlsca.New(t, "tidemark test CA 1"), tlsca.New(t, "tidemark test CA 2")
+	s1, s1key := ca1.Issue(t, "127.0.0.1")
+	p.RequireClientCerts(t, user, ca1.PEM, s1, s1key)
 	db := harness.NewDBOn(t, p)
 	db.Exec(t, `CREATE TABLE items (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)`)
 	db.Exec(t, `INSERT INTO items VALUES (1, now())`)
@@ -123,8 +55,8 @@ func TestRenewedTLSFilesAreReadForNewConnections(t *testing.T) {
 			}
 		}
 	}
-	c1, c1key := ca1.issue(t, user, false)
-	write(ca1.pem, c1, c1key)
+	c1, c1key := ca1.Issue(t, user)
+	write(ca1.PEM, c1, c1key)
 	u, err := url.Parse(db.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -158,10 +90,10 @@ func TestRenewedTLSFilesAreReadForNewConnections(t *testing.T) {
 	// The rotation: the server trusts CA 2 only and presents a certificate
 	// of CA 2; the client's files are renewed to CA 2's; then the sessions
 	// made with the old ones are cut.
-	s2, s2key := ca2.issue(t, "127.0.0.1", true)
-	p.RequireClientCerts(t, user, ca2.pem, s2, s2key)
-	c2, c2key := ca2.issue(t, user, false)
-	write(ca2.pem, c2, c2key)
+	s2, s2key := ca2.Issue(t, "127.0.0.1")
+	p.RequireClientCerts(t, user, ca2.PEM, s2, s2key)
+	c2, c2key := ca2.Issue(t, user)
+	write(ca2.PEM, c2, c2key)
 	oldPID := l.PID()
 	if oldPID == 0 {
 		t.Fatal("the listener has no session before the rotation")
