@@ -200,15 +200,9 @@ func (b *bench) latencyRun(ctx context.Context, table string) (latencyResult, er
 func (b *bench) latencyRunSpec(ctx context.Context, table string, spec latencySpec) (latencyResult, error) {
 	spec.writers = max(spec.writers, 1)
 	res := latencyResult{poll: time.Second, target: spec.rate, writers: spec.writers, batch: max(spec.batch, 1)}
-	var n int64
-	t := pgx.Identifier{table}.Sanitize()
-	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+t).Scan(&n); err != nil {
+	t, n, err := b.freshTable(ctx, table)
+	if err != nil {
 		return res, err
-	}
-	// Every run starts from the same table: the dead versions of the runs
-	// before it would otherwise tax its index scans.
-	if _, err := b.pool.Exec(ctx, "VACUUM ANALYZE "+t); err != nil {
-		return res, fmt.Errorf("vacuum %s before the run: %w", table, err)
 	}
 	r, err := b.newRun(table, 0)
 	if err != nil {
@@ -361,6 +355,21 @@ func (p *proc) exited() bool {
 	default:
 		return false
 	}
+}
+
+// freshTable readies table for a run of writers: it returns its quoted
+// name and its rows, once vacuumed. Every run starts from the same table:
+// the dead versions of the runs before it would otherwise tax its index
+// scans.
+func (b *bench) freshTable(ctx context.Context, table string) (t string, n int64, err error) {
+	t = pgx.Identifier{table}.Sanitize()
+	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+t).Scan(&n); err != nil {
+		return t, 0, err
+	}
+	if _, err := b.pool.Exec(ctx, "VACUUM ANALYZE "+t); err != nil {
+		return t, 0, fmt.Errorf("vacuum %s before the run: %w", table, err)
+	}
+	return t, n, nil
 }
 
 // writeUpdates has spec.writers connections update rows of the table t (n

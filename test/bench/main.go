@@ -274,12 +274,8 @@ func (b *bench) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		high := slices.Max(o.notifyRates)
-		step(fmt.Sprintf("the load alone: %d single-row updates/s, bare, then with the statement trigger and tidemark's listener; no passes", high))
-		for _, notify := range []bool{false, true} {
-			if _, err := b.loadAlone(ctx, main, high, notify); err != nil {
-				return fmt.Errorf("the load alone (notify %t): %w", notify, err)
-			}
+		if _, _, err := b.loadsAlone(ctx, main, slices.Max(o.notifyRates)); err != nil {
+			return err
 		}
 		_, err = b.notifyRunsBatched(ctx, main, o.notifyRates, strings.Fields(o.notifyArgs), max(o.notifyBatch, 1), kind)
 		return err
@@ -403,12 +399,8 @@ func (b *bench) run(ctx context.Context) error {
 		return fmt.Errorf("latency at %d/s: %w", high, err)
 	}
 	fmt.Printf("      %s; %.1f transactions/s, %.0f records per transaction\n", b.res.latencyHigh.line(), b.res.latencyHigh.tps(), b.res.latencyHigh.perTxn())
-	step(fmt.Sprintf("the load alone: %d single-row updates/s for %s, bare, then with the statement trigger and tidemark's listener; no passes", high, o.latency))
-	if b.res.bareAlone, err = b.loadAlone(ctx, small, high, false); err != nil {
-		return fmt.Errorf("the load alone (notify false): %w", err)
-	}
-	if b.res.notifyAlone, err = b.loadAlone(ctx, small, high, true); err != nil {
-		return fmt.Errorf("the load alone (notify true): %w", err)
+	if b.res.bareAlone, b.res.notifyAlone, err = b.loadsAlone(ctx, small, high); err != nil {
+		return err
 	}
 	step(fmt.Sprintf("incremental latency with source.notify: %v updates/s for %s each, poll_interval 1s", notifyRates, o.latency))
 	if b.res.notify, err = b.notifyRuns(ctx, small, notifyRates, nil); err != nil {

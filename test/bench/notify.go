@@ -114,13 +114,9 @@ func (b *bench) installNotify(ctx context.Context, table string, kind postgres.N
 // prints its line (aloneLine).
 func (b *bench) loadAlone(ctx context.Context, table string, rate int, notify bool) (latencyResult, error) {
 	res := latencyResult{target: rate, writers: max(1, rate/writerRate), batch: 1, bare: !notify}
-	t := pgx.Identifier{table}.Sanitize()
-	var n int64
-	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+t).Scan(&n); err != nil {
+	t, n, err := b.freshTable(ctx, table)
+	if err != nil {
 		return res, err
-	}
-	if _, err := b.pool.Exec(ctx, "VACUUM ANALYZE "+t); err != nil {
-		return res, fmt.Errorf("vacuum %s before the run: %w", table, err)
 	}
 	var l *postgres.Listener
 	if notify {
@@ -168,6 +164,19 @@ func (b *bench) loadAlone(ctx context.Context, table string, rate int, notify bo
 	}
 	fmt.Printf("      %s\n", res.aloneLine())
 	return res, nil
+}
+
+// loadsAlone runs loadAlone at rate bare, then with the trigger and the
+// listener.
+func (b *bench) loadsAlone(ctx context.Context, table string, rate int) (bare, notified latencyResult, err error) {
+	step(fmt.Sprintf("the load alone: %d single-row updates/s for %s, bare, then with the statement trigger and tidemark's listener; no passes", rate, b.opts.latency))
+	if bare, err = b.loadAlone(ctx, table, rate, false); err != nil {
+		return bare, notified, fmt.Errorf("the load alone, bare: %w", err)
+	}
+	if notified, err = b.loadAlone(ctx, table, rate, true); err != nil {
+		return bare, notified, fmt.Errorf("the load alone with the trigger: %w", err)
+	}
+	return bare, notified, nil
 }
 
 // notifyGap is tidemark's default source.notify_min_gap: the least time
